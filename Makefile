@@ -1,0 +1,34 @@
+# Two commands do all the set-up on a fresh machine with Python 3.11: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export TOKENLAKE_HOME ?= $(CURDIR)/.tokenlake
+
+.PHONY: install demo test test-slow bench-ingest clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade --quiet pip
+	# torch first, pinned: an unpinned resolver would pull a multi-GB CUDA build.
+	$(BIN)/pip install --quiet 'torch==2.13.0'
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m orchestration.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q
+
+bench-ingest: $(STAMP)
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf .tokenlake

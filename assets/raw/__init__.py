@@ -1,0 +1,1 @@
+"""Raw evidence: WARC records with origin, collection time, licence basis and deletion key."""

@@ -1,0 +1,1 @@
+"""Dagster wiring: the Definitions object, jobs, sensors and the demo/CLI entry points."""

@@ -1,0 +1,33 @@
+"""The one Definitions object (`dagster dev -w workspace.yaml`, `dagster definitions validate`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from assets.raw import defs as raw_defs
+from orchestration.jobs import jobs
+from orchestration.sensors import sensors
+from resources import IcebergCatalogResource, LocalCrawlSource
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_CRAWL = REPO_ROOT / "data" / "sample_crawl"
+
+
+def resources() -> dict[str, dg.ConfigurableResource]:
+    """Default resources: the embedded catalog and the crawl directory from `TOKENLAKE_CRAWL_ROOT`
+    (default: the sample crawl shipped in the repo)."""
+    return {
+        "catalog": IcebergCatalogResource(),
+        "crawl_source": LocalCrawlSource(root=os.environ.get("TOKENLAKE_CRAWL_ROOT", str(SAMPLE_CRAWL))),
+    }
+
+
+defs = dg.Definitions(
+    assets=[*raw_defs.assets],
+    jobs=jobs,
+    sensors=sensors,
+    resources=resources(),
+)
