@@ -3,7 +3,7 @@
 Imports no Dagster, so the training-side `loader` package can use the schemas and catalog configuration.
 """
 
-from iceberg_catalog.catalog import CatalogConfig, ensure_tables, open_catalog, tokenlake_home
+from iceberg_catalog.catalog import CatalogConfig, SchemaMismatch, ensure_tables, open_catalog, tokenlake_home
 from iceberg_catalog.commit import CommitResult, PartitionWriter, Provenance, config_hash, overwrite_partition
 from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
 
@@ -14,6 +14,7 @@ __all__ = [
     "CommitResult",
     "PartitionWriter",
     "Provenance",
+    "SchemaMismatch",
     "TableDef",
     "config_hash",
     "ensure_tables",

@@ -88,8 +88,13 @@ class CatalogConfig:
         return load_catalog(self.name, **self.properties)
 
 
+class SchemaMismatch(RuntimeError):
+    """A table in the catalog does not have the schema declared in iceberg_catalog/schemas.py."""
+
+
 def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()) -> None:
-    """Create every namespace and any missing table; existing tables are left as they are."""
+    """Create every namespace and any missing table; refuse an existing table whose schema differs from
+    its declaration (field ids, names, types), since data files are written by declared field id."""
     for ns in NAMESPACES:
         try:
             catalog.create_namespace(ns)
@@ -97,7 +102,7 @@ def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()
             pass
     for t in tables:
         try:
-            catalog.load_table(t.identifier)
+            existing = catalog.load_table(t.identifier)
         except NoSuchTableError:
             try:
                 catalog.create_table(
@@ -105,6 +110,16 @@ def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()
                 )
             except TableAlreadyExistsError:  # another process won the race: fine
                 pass
+            continue
+        if existing.schema().as_struct() != t.schema.as_struct():
+            declared = {f.field_id: (f.name, str(f.field_type)) for f in t.schema.fields}
+            actual = {f.field_id: (f.name, str(f.field_type)) for f in existing.schema().fields}
+            diff = sorted(set(declared.items()) ^ set(actual.items()))[:6]
+            raise SchemaMismatch(
+                f"table {t.identifier} in the catalog differs from its declaration (first differences by field id: "
+                f"{diff}); migrate it with table.update_schema() or drop it (embedded default: delete "
+                f"TOKENLAKE_HOME) and re-materialise"
+            )
 
 
 def open_catalog(config: CatalogConfig | None = None, *, create: bool = True) -> Catalog:

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 
 from iceberg_catalog.schemas import TABLES, TableDef
@@ -138,7 +139,8 @@ class PartitionWriter:
         self.target_file_bytes = target_file_bytes
         self.max_attempts = max_attempts
         self.table: Table = catalog.load_table(identifier)
-        self.schema = self.table_def.arrow_schema
+        # written with the catalog's schema: its field ids are what readers resolve columns by
+        self.schema = schema_to_pyarrow(self.table.schema())
         self.paths: list[str] = []
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None

@@ -1,7 +1,9 @@
 """Every Iceberg table of tokenlake, declared once with explicit field ids and partition specs.
 
 A schema change is a reviewed diff of this file; nothing infers a schema from a DataFrame. Field ids are
-stable forever: add new fields with new ids, never renumber.
+1..N in column order: pyiceberg's create_table assigns ids in that order, so declaring them the same way
+keeps the declaration, the catalog and the Parquet files in agreement (`ensure_tables` checks it). A new
+column gets the next id at the end; ids are never reused or renumbered.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
+    DoubleType,
     IntegerType,
     LongType,
     NestedField,
@@ -39,6 +42,11 @@ class TableDef:
     schema: Schema
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ids = [f.field_id for f in self.schema.fields]
+        if ids != list(range(1, len(ids) + 1)):
+            raise ValueError(f"{self.namespace}.{self.name}: field ids must be 1..N in column order, got {ids}")
 
     @property
     def identifier(self) -> str:
@@ -111,4 +119,131 @@ RAW_REJECTED_RECORDS = TableDef(
     partition_by=("crawl", "segment"),
 )
 
-TABLES: dict[str, TableDef] = {t.identifier: t for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS)}
+# One row per HTML response record. Signals are columns and the decision is derived from them, so a corpus
+# can be re-thresholded without recomputing. `text` is normalised and PII-redacted: unredacted text is never
+# written here.
+CURATED_DOCUMENTS = TableDef(
+    "curated",
+    "documents",
+    _fields(
+        (1, "doc_id", StringType(), True),  # sha256(record_id, payload_sha1)[:32]: stable, content-addressed
+        (2, "record_id", StringType(), True),
+        (3, "deletion_key", StringType(), True),
+        (4, "crawl", StringType(), True),
+        (5, "segment", StringType(), True),
+        (6, "url", StringType(), True),
+        (7, "host", StringType(), False),
+        (8, "warc_date", TimestamptzType(), False),
+        (9, "decision", StringType(), False),  # first failing rule (stable reason string); null = kept
+        (10, "kept", BooleanType(), True),
+        (11, "decision_detail", StringType(), False),
+        (12, "text", StringType(), False),
+        (13, "text_sha256", StringType(), False),  # exact-dedup key over the stored text
+        (14, "n_chars", LongType(), False),
+        (15, "extract_seconds", DoubleType(), False),
+        (16, "language", StringType(), False),
+        (17, "language_score", DoubleType(), False),
+        (18, "lm_log10_prob_per_word", DoubleType(), False),
+        (19, "perplexity", DoubleType(), False),
+        (20, "lm_n_words", LongType(), False),
+        (21, "ppl_bucket", StringType(), False),  # head / middle / tail per language within the partition
+        (22, "http_status", IntegerType(), False),
+        (23, "content_type", StringType(), False),
+        (24, "pii_email_count", IntegerType(), False),
+        (25, "pii_ip_address_count", IntegerType(), False),
+        (26, "pii_phone_count", IntegerType(), False),
+        (27, "pii_payment_card_count", IntegerType(), False),
+        (28, "pii_iban_count", IntegerType(), False),
+        (29, "pii_aws_key_count", IntegerType(), False),
+        (30, "pii_github_token_count", IntegerType(), False),
+        (31, "pii_gitlab_token_count", IntegerType(), False),
+        (32, "pii_slack_token_count", IntegerType(), False),
+        (33, "pii_private_key_count", IntegerType(), False),
+        (34, "pii_jwt_count", IntegerType(), False),
+        (35, "pii_generic_secret_count", IntegerType(), False),
+        (36, "gopher_rep_n_paragraphs", LongType(), False),
+        (37, "gopher_rep_dup_para_frac", DoubleType(), False),
+        (38, "gopher_rep_dup_para_char_frac", DoubleType(), False),
+        (39, "gopher_rep_n_lines", LongType(), False),
+        (40, "gopher_rep_dup_line_frac", DoubleType(), False),
+        (41, "gopher_rep_dup_line_char_frac", DoubleType(), False),
+        (42, "gopher_rep_top_2gram_char_frac", DoubleType(), False),
+        (43, "gopher_rep_top_3gram_char_frac", DoubleType(), False),
+        (44, "gopher_rep_top_4gram_char_frac", DoubleType(), False),
+        (45, "gopher_rep_dup_5gram_char_frac", DoubleType(), False),
+        (46, "gopher_rep_dup_6gram_char_frac", DoubleType(), False),
+        (47, "gopher_rep_dup_7gram_char_frac", DoubleType(), False),
+        (48, "gopher_rep_dup_8gram_char_frac", DoubleType(), False),
+        (49, "gopher_rep_dup_9gram_char_frac", DoubleType(), False),
+        (50, "gopher_rep_dup_10gram_char_frac", DoubleType(), False),
+        (51, "gopher_n_tokens", LongType(), False),
+        (52, "gopher_n_words", LongType(), False),
+        (53, "gopher_mean_word_len", DoubleType(), False),
+        (54, "gopher_hash_ratio", DoubleType(), False),
+        (55, "gopher_ellipsis_ratio", DoubleType(), False),
+        (56, "gopher_n_lines", LongType(), False),
+        (57, "gopher_bullet_line_frac", DoubleType(), False),
+        (58, "gopher_ellipsis_line_frac", DoubleType(), False),
+        (59, "gopher_alpha_token_frac", DoubleType(), False),
+        (60, "gopher_n_stop_words", LongType(), False),
+        (61, "c4_n_lines", LongType(), False),
+        (62, "c4_max_word_len", LongType(), False),
+        (63, "c4_n_lines_long_word", LongType(), False),
+        (64, "c4_n_lines_too_few_words", LongType(), False),
+        (65, "c4_n_lines_no_terminal_punct", LongType(), False),
+        (66, "c4_n_lines_lorem_ipsum", LongType(), False),
+        (67, "c4_n_lines_javascript", LongType(), False),
+        (68, "c4_n_lines_curly_bracket", LongType(), False),
+        (69, "c4_n_lines_policy", LongType(), False),
+        (70, "c4_n_lines_kept", LongType(), False),
+        (71, "c4_n_sentences", LongType(), False),
+        (72, "c4_n_lines_lorem_ipsum_terminal", LongType(), False),
+        (73, "c4_n_lines_curly_bracket_terminal", LongType(), False),
+        (74, "c4_n_sentences_terminal", LongType(), False),
+        (75, "fineweb_n_lines", LongType(), False),
+        (76, "fineweb_line_punct_ratio", DoubleType(), False),
+        (77, "fineweb_short_line_ratio", DoubleType(), False),
+        (78, "fineweb_char_dup_ratio", DoubleType(), False),
+        (79, "fineweb_newline_ratio", DoubleType(), False),
+    ),
+    partition_by=("crawl", "segment"),
+)
+
+# Exact duplicates across ALL materialised partitions: every kept document whose text hash was seen first
+# (order: crawl, then doc_id) in another document. Rebuilt whole from curated.documents, so it does not
+# depend on the order partitions were materialised in.
+CURATED_EXACT_DUPLICATES = TableDef(
+    "curated",
+    "exact_duplicates",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "decision", StringType(), True),  # always "exact_duplicate"
+        (5, "duplicate_of", StringType(), True),  # the canonical doc_id
+        (6, "duplicate_of_crawl", StringType(), True),
+        (7, "text_sha256", StringType(), True),
+    ),
+)
+
+# Per-language precision/recall of the language identifier on the labelled set shipped in data/langid/.
+CURATED_LANGID_VALIDATION = TableDef(
+    "curated",
+    "langid_validation",
+    _fields(
+        (1, "language", StringType(), True),  # ISO code, or "macro" for the macro average
+        (2, "n", LongType(), True),
+        (3, "precision", DoubleType(), True),
+        (4, "recall", DoubleType(), True),
+        (5, "f1", DoubleType(), True),
+        (6, "unknown_share", DoubleType(), True),  # predicted under the threshold
+        (7, "threshold", DoubleType(), True),
+        (8, "model", StringType(), True),
+    ),
+)
+
+TABLES: dict[str, TableDef] = {
+    t.identifier: t
+    for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
+              CURATED_LANGID_VALIDATION)
+}

@@ -53,23 +53,48 @@ def crawl_root(tmp_path: Path):
     return build
 
 
-def materialize_segments(instance: dg.DagsterInstance, root: Path, keys, run_config=None) -> list:
-    """Add `keys` as dynamic partitions and run the raw ingest job for each (real Dagster, real Iceberg)."""
+def materialize_segments(instance: dg.DagsterInstance, root: Path, keys, run_config=None,
+                         selection: str = "raw", lm_path: str = "") -> list:
+    """Add `keys` as dynamic partitions and materialise `selection` (an asset group) for each, through real
+    Dagster into the real catalog under TOKENLAKE_HOME."""
     from orchestration.definitions import defs
-    from resources import IcebergCatalogResource, LocalCrawlSource
+    from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
 
     instance.add_dynamic_partitions("crawl_segments", list(keys))
-    resources = {"catalog": IcebergCatalogResource(), "crawl_source": LocalCrawlSource(root=str(root))}
+    resources = {"catalog": IcebergCatalogResource(), "crawl_source": LocalCrawlSource(root=str(root)),
+                 "lm": LanguageModelResource(model_path=lm_path)}
+    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
+    sel = dg.AssetSelection.groups("raw") if selection == "raw" else dg.AssetSelection.assets(
+        dg.AssetKey(selection.split("/")))
     results = []
     for key in keys:
-        res = dg.materialize(
-            [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)],
-            partition_key=key,
-            instance=instance,
-            resources=resources,
-            run_config=run_config,
-            selection=dg.AssetSelection.groups("raw"),
-        )
+        res = dg.materialize(assets, partition_key=key, instance=instance, resources=resources,
+                             run_config=run_config, selection=sel)
         assert res.success, key
         results.append(res)
     return results
+
+
+def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = ""):
+    """Materialise unpartitioned assets (and their checks) by key path, e.g. "curated/exact_duplicates"."""
+    from orchestration.definitions import defs
+    from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
+
+    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)] + list(defs.asset_checks or [])
+    resources = {"catalog": IcebergCatalogResource(), "lm": LanguageModelResource(model_path=lm_path),
+                 "crawl_source": LocalCrawlSource(root=str(SAMPLE_CRAWL))}
+    res = dg.materialize(assets, instance=instance, resources=resources,
+                         selection=dg.AssetSelection.assets(*(dg.AssetKey(k.split("/")) for k in keys)))
+    assert res.success, keys
+    return res
+
+
+@pytest.fixture(scope="session")
+def reference_lm_file(tmp_path_factory) -> str:
+    """The reference KenLM model, built once per test session from the repo's corpus."""
+    from assets.curated.defs import REFERENCE_CORPUS
+    from assets.curated.ngram_lm import build_reference_lm
+
+    out = tmp_path_factory.mktemp("lm") / "reference_lm.arpa"
+    build_reference_lm(REFERENCE_CORPUS, out, order=3)
+    return str(out)

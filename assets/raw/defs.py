@@ -22,7 +22,7 @@ class RawIngestConfig(dg.Config):
     """Knobs of the raw ingest; only `max_record_bytes` changes what is stored."""
 
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
-    batch_bytes: int = 64 << 20
+    batch_bytes: int = 8 << 20
     batch_rows: int = 10_000
 
 

@@ -70,7 +70,7 @@ def ingest_segment(
     rows_sink: BatchSink,
     rejects_sink: BatchSink,
     *,
-    batch_bytes: int = 64 << 20,
+    batch_bytes: int = 8 << 20,
     batch_rows: int = 10_000,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     log: logging.Logger | None = None,

@@ -33,6 +33,7 @@ from assets.raw.urls import deletion_key, url_host
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 CHUNK_BYTES = 1 << 20
+FEED_BYTES = 64 << 10
 DEFAULT_MAX_RECORD_BYTES = 256 << 20
 
 # Stable reject reasons (values of raw.rejected_records.reason).
@@ -134,8 +135,9 @@ def iter_gzip_members(
                     fill(len(buf) + chunk_bytes)
                     if consumed >= len(buf):
                         break
-                piece = buf[consumed:]
-                consumed = len(buf)
+                # feed small pieces: the decompressor copies whatever follows the member into unused_data
+                piece = buf[consumed : consumed + FEED_BYTES]
+                consumed += len(piece)
                 out = d.decompress(piece)
                 if size + len(out) <= max_member_bytes:
                     parts.append(out)

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.compute as pc
 from conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_segments
-from corrupt import AUT_0_17, bad_cases
+from warc_fixtures import AUT_0_17, bad_cases
 from warcio.archiveiterator import ArchiveIterator
 
 from iceberg_catalog import Provenance, open_catalog

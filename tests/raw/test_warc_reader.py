@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from corrupt import AUT_0_17, bad_cases
+from warc_fixtures import AUT_0_17, bad_cases
 from warcio.archiveiterator import ArchiveIterator
 
 from assets.raw.urls import deletion_key

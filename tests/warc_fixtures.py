@@ -9,7 +9,7 @@ from pathlib import Path
 
 from assets.raw.warc_reader import iter_gzip_members
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CC_2020 = next((REPO / "data/sample_crawl/crawl-data/CC-MAIN-2020-34").rglob("*.warc.gz"))
 AUT_0_17 = next((REPO / "data/sample_crawl/crawl-data/LEGACY-ARCHIVES/segments/heritrix-2008").rglob("*.warc.gz"))
 
