@@ -7,26 +7,29 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.curated import defs as curated_defs
 from assets.raw import defs as raw_defs
 from orchestration.jobs import jobs
 from orchestration.sensors import sensors
-from resources import IcebergCatalogResource, LocalCrawlSource
+from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CRAWL = REPO_ROOT / "data" / "sample_crawl"
 
 
 def resources() -> dict[str, dg.ConfigurableResource]:
-    """Default resources: the embedded catalog and the crawl directory from `TOKENLAKE_CRAWL_ROOT`
-    (default: the sample crawl shipped in the repo)."""
+    """Default resources: the embedded catalog, the crawl directory from `TOKENLAKE_CRAWL_ROOT` (default: the
+    sample crawl shipped in the repo), the KenLM model from `TOKENLAKE_LM_PATH` (default: curated/reference_lm)."""
     return {
         "catalog": IcebergCatalogResource(),
         "crawl_source": LocalCrawlSource(root=os.environ.get("TOKENLAKE_CRAWL_ROOT", str(SAMPLE_CRAWL))),
+        "lm": LanguageModelResource(model_path=os.environ.get("TOKENLAKE_LM_PATH", "")),
     }
 
 
 defs = dg.Definitions(
-    assets=[*raw_defs.assets],
+    assets=[*raw_defs.assets, *curated_defs.assets],
+    asset_checks=curated_defs.asset_checks,
     jobs=jobs,
     sensors=sensors,
     resources=resources(),

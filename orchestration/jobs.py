@@ -1,6 +1,8 @@
-"""Asset jobs, one per state, so sensors and the Launchpad can target them."""
+"""Asset jobs, one per step of the flow, so sensors, the demo and the Launchpad can target them."""
 
 import dagster as dg
+
+from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES, LANGID_VALIDATION, REFERENCE_LM
 
 raw_ingest_job = dg.define_asset_job(
     "raw_ingest",
@@ -8,4 +10,22 @@ raw_ingest_job = dg.define_asset_job(
     description="Ingest one crawl segment's WARC files into raw.warc_records / raw.rejected_records.",
 )
 
-jobs = [raw_ingest_job]
+curate_models_job = dg.define_asset_job(
+    "curate_models",
+    selection=dg.AssetSelection.assets(REFERENCE_LM, LANGID_VALIDATION),
+    description="Build the reference KenLM model and validate language ID (needed once before curation).",
+)
+
+curate_job = dg.define_asset_job(
+    "curate",
+    selection=dg.AssetSelection.assets(DOCUMENTS),
+    description="Curate one crawl segment: extraction, language, quality, PII, perplexity decisions.",
+)
+
+exact_dedup_job = dg.define_asset_job(
+    "exact_dedup",
+    selection=dg.AssetSelection.assets(EXACT_DUPLICATES),
+    description="Exact duplicates across every materialised partition of curated.documents.",
+)
+
+jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job]

@@ -1,0 +1,1 @@
+"""Curated documents: extraction, language, quality, PII/secrets, perplexity and exact-dedup decisions."""

@@ -1,0 +1,460 @@
+"""HTML -> main text: charset decoding, trafilatura extraction under size and time limits, normalisation.
+
+Pure module (no Dagster). trafilatura runs in one persistent worker subprocess per `Extractor`
+(the way datatrove sandboxes it): a document that exceeds the time limit gets the decision
+`extract_timeout`, its worker is killed and a fresh one takes the next document, so one pathological
+page can neither stall nor crash a batch. Decisions (values of the `decision` column):
+
+- `too_large`       payload above `max_html_bytes` (not truncated: a cut page looks whole but is not)
+- `extract_failed`  binary bytes labelled as text, or trafilatura raised / its worker died
+- `extract_timeout` extraction took longer than `timeout_s`
+- `empty`           no main text left after extraction and normalisation
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import pickle
+import re
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+import unicodedata
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# Published defaults: datatrove's Trafilatura extractor (FineWeb) uses favour_precision, deduplicate,
+# no comments, and a per-document timeout of 1 s.
+DEFAULT_TIMEOUT_S = 1.0
+# Common Crawl truncates payloads at 1 MiB; 5 MB leaves room for other crawls while bounding memory and
+# IPC per document.
+DEFAULT_MAX_HTML_BYTES = 5_000_000
+DEFAULT_TRAFILATURA_OPTIONS: dict = {
+    "favor_precision": True,
+    "include_comments": False,
+    "deduplicate": True,
+}
+
+DECISION_TOO_LARGE = "too_large"
+DECISION_EXTRACT_FAILED = "extract_failed"
+DECISION_EXTRACT_TIMEOUT = "extract_timeout"
+DECISION_EMPTY = "empty"
+
+# ---------------------------------------------------------------------------------------------------
+# Decoding
+
+# Control bytes that never occur in text (tab, LF, FF, CR excluded; ESC too, as ISO-2022 encodings use
+# it). Random/compressed bytes have ~11% of them, real HTML almost none; 1% separates the two widely.
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
+DEFAULT_MAX_CONTROL_SHARE = 0.01
+_BINARY_MAGIC = (
+    (b"%PDF-", "pdf"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"\x1f\x8b", "gzip"),
+    (b"PK\x03\x04", "zip"),
+    (b"\x7fELF", "elf"),
+    (b"RIFF", "riff"),
+    (b"\x00\x00\x01\x00", "ico"),
+    (b"wOFF", "woff"),
+    (b"wOF2", "woff2"),
+)
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+# Browsers (WHATWG Encoding Standard) decode these labels with a superset; pages rely on that.
+_WHATWG_SUPERSETS = {
+    "iso8859-1": "cp1252",
+    "ascii": "cp1252",
+    "iso8859-9": "cp1254",
+    "iso8859-11": "cp874",
+    "tis-620": "cp874",
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "euc_kr": "cp949",
+    "shift_jis": "cp932",
+    "big5": "big5hkscs",
+}
+_NOT_PAGE_ENCODINGS = frozenset({"idna", "punycode", "unicode-escape", "raw-unicode-escape", "undefined", "utf-7"})
+_CT_CHARSET_RE = re.compile(rb"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.I)
+_META_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.I)
+# WHATWG prescans 1024 bytes; real pages often put <meta charset> after long scripts, so look further.
+_META_SCAN_BYTES = 4096
+# A declared charset still wins over cp1252 if it only needs to replace this share of characters.
+_MAX_REPLACEMENT_SHARE = 0.01
+# C0 controls lxml refuses (XML 1.0 forbids them), and C1 controls, which in decoded HTML are only ever
+# mis-decoded bytes; HTML needs neither.
+_CONTROL_CHARS_RE = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+
+
+def _codec_name(label: bytes | str | None) -> str | None:
+    """Python codec for a charset label (WHATWG superset applied), or None if unknown."""
+    if not label:
+        return None
+    if isinstance(label, bytes):
+        label = label.decode("ascii", "ignore")
+    try:
+        info = codecs.lookup(label.strip().lower())
+    except LookupError:
+        return None
+    # Python's registry also holds bytes-to-bytes and escape codecs (base64, zlib, idna, unicode_escape);
+    # no web page is in one of those whatever its label says, and browsers refuse UTF-7.
+    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_PAGE_ENCODINGS:
+        return None
+    return _WHATWG_SUPERSETS.get(info.name, info.name)
+
+
+def binary_reason(payload: bytes, max_control_share: float = DEFAULT_MAX_CONTROL_SHARE) -> str | None:
+    """Why `payload` looks like binary data rather than text (magic number / control bytes), else None."""
+    if any(payload.startswith(bom) for bom, name in _BOMS if name.startswith(("utf-16", "utf-32"))):
+        return None  # NUL bytes are expected in UTF-16/32
+    for magic, kind in _BINARY_MAGIC:
+        if payload.startswith(magic):
+            return f"binary payload ({kind} signature)"
+    if not payload:
+        return None
+    n_control = len(payload) - len(payload.translate(None, _CONTROL_BYTES))
+    share = n_control / len(payload)
+    if share > max_control_share:
+        return f"binary payload ({share:.1%} control bytes)"
+    return None
+
+
+def decode_html(payload: bytes, content_type: str | None) -> str | None:
+    """Decode HTML bytes to str (BOM, valid UTF-8, HTTP charset, <meta> charset, cp1252); None for binary data.
+
+    Control characters (C0 except tab/LF/FF/CR, and C1) are removed from the result.
+    """
+    text, _ = _decode_html(payload, content_type)
+    return text
+
+
+def _decode_html(payload: bytes, content_type: str | None) -> tuple[str | None, str | None]:
+    """`decode_html` plus the reason for a None / the codec that was used."""
+    for bom, name in _BOMS:
+        if payload.startswith(bom):
+            return _CONTROL_CHARS_RE.sub("", payload[len(bom) :].decode(name, "replace")), name
+    reason = binary_reason(payload)
+    if reason is not None:
+        return None, reason
+    # Valid UTF-8 with multi-byte sequences is next to never another encoding by chance, while a server's
+    # default "charset=iso-8859-1" on a UTF-8 page is common; trafilatura decides the same way.
+    if not payload.isascii():
+        try:
+            return _CONTROL_CHARS_RE.sub("", payload.decode("utf-8")), "utf-8"
+        except UnicodeDecodeError:
+            pass
+
+    declared: list[str] = []
+    if content_type:
+        m = _CT_CHARSET_RE.search(content_type.encode("latin-1", "replace"))
+        if m:
+            declared.append(m.group(1))  # type: ignore[arg-type]
+    m = _META_CHARSET_RE.search(payload[:_META_SCAN_BYTES])
+    if m:
+        declared.append(m.group(1))  # type: ignore[arg-type]
+    codecs_to_try: list[str] = []
+    for label in declared:
+        name = _codec_name(label)
+        # Here a UTF-16/32 label is a copied one: real UTF-16/32 has a BOM (handled above) or else NUL
+        # bytes (rejected above as binary; UTF-16 without a BOM is vanishingly rare on the web).
+        if name and not name.startswith(("utf-16", "utf-32")) and name not in codecs_to_try:
+            codecs_to_try.append(name)
+    if "utf-8" not in codecs_to_try:
+        codecs_to_try.append("utf-8")
+
+    for name in codecs_to_try:
+        try:
+            return _CONTROL_CHARS_RE.sub("", payload.decode(name)), name
+        except (UnicodeError, LookupError):
+            continue
+    # Nothing decodes strictly: keep a declared charset (or UTF-8) if it needs few replacements,
+    # otherwise cp1252, which maps all but five byte values and so loses the least.
+    for name in codecs_to_try:
+        try:
+            text = payload.decode(name, "replace")
+        except (UnicodeError, LookupError):
+            continue
+        if text.count("\ufffd") <= _MAX_REPLACEMENT_SHARE * max(len(text), 1):
+            return _CONTROL_CHARS_RE.sub("", text), f"{name}+replace"
+    return _CONTROL_CHARS_RE.sub("", payload.decode("cp1252", "replace")), "cp1252+replace"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Normalisation
+
+_LINE_BREAKS_RE = re.compile("\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+_HSPACE_RE = re.compile(r"[^\S\n]+")
+_BLANK_LINES_RE = re.compile(r"\n{3,}")
+
+
+def normalise_text(text: str) -> str:
+    """NFC, one space for each run of horizontal whitespace, stripped lines, at most one blank line."""
+    text = _CONTROL_CHARS_RE.sub("", _LINE_BREAKS_RE.sub("\n", text))
+    text = _HSPACE_RE.sub(" ", text)
+    text = "\n".join(line.strip(" ") for line in text.split("\n"))
+    text = _BLANK_LINES_RE.sub("\n\n", text).strip()
+    # NFC last: removing a control character may bring a base letter and a combining mark together.
+    return unicodedata.normalize("NFC", text)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Extraction
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionResult:
+    """Main text (None when dropped), the decision (None when kept), wall seconds and a human detail.
+
+    `seconds` is the wall time of the call; the first call on a fresh worker includes its start (~0.5 s).
+    """
+
+    text: str | None
+    decision: str | None
+    seconds: float
+    detail: str | None = None
+
+
+class ExtractorError(RuntimeError):
+    """The extraction worker could not be started: the environment, not a document, is broken."""
+
+
+_FRAME = struct.Struct("<Q")
+
+
+def _write_frame(fd: int, obj: object) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_FRAME.pack(len(data)) + data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    """n bytes from fd; None at the deadline; EOFError if the writer is gone."""
+    chunks: list[bytes] = []
+    while n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("extraction worker closed its pipe")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(fd: int, deadline: float | None) -> tuple[bool, object]:
+    """(True, obj) or (False, None) at the deadline."""
+    header = _read_exact(fd, _FRAME.size, deadline)
+    if header is None:
+        return False, None
+    (size,) = _FRAME.unpack(header)
+    # Once the header is there the body follows at pipe speed; don't let the deadline cut a frame.
+    body = _read_exact(fd, size, None)
+    return True, pickle.loads(body)  # noqa: S301 - our own child process
+
+
+class _Worker:
+    """One trafilatura subprocess speaking length-prefixed pickles on its stdin/stdout."""
+
+    def __init__(self, options: dict, start_timeout_s: float) -> None:
+        # A fresh interpreter (not fork: callers may hold threads and locks) running this file as a script.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__), "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            close_fds=True,
+        )
+        self._finalizer = weakref.finalize(self, _kill, self.proc)
+        try:
+            _write_frame(self.proc.stdin.fileno(), options)
+            ok, ready = _read_frame(self.proc.stdout.fileno(), time.monotonic() + start_timeout_s)
+        except (OSError, EOFError) as exc:
+            self.close()
+            raise ExtractorError(f"extraction worker failed to start ({exc}); is trafilatura installed?") from exc
+        if not ok:
+            self.close()
+            raise ExtractorError(
+                f"extraction worker not ready after {start_timeout_s} s; "
+                "check that `python -c 'import trafilatura'` works in this environment"
+            )
+        if ready != "ready":
+            self.close()
+            raise ExtractorError(f"extraction worker refused its configuration: {ready}")
+        self.n_docs = 0
+
+    def request(self, html: str, url: str | None, timeout_s: float) -> tuple[str, object]:
+        """('ok', text|None) | ('error', message) | ('timeout', None) | ('died', message)."""
+        self.n_docs += 1
+        try:
+            _write_frame(self.proc.stdin.fileno(), (html, url))
+            ok, reply = _read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout_s)
+        except (OSError, EOFError) as exc:
+            return "died", f"extraction worker died (exit code {self.proc.poll()}): {exc}"
+        if not ok:
+            return "timeout", None
+        return reply  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+class Extractor:
+    """Main-text extraction with trafilatura under a per-document size and time limit.
+
+    Thread-safe: calls from several threads are served one at a time by the single worker process
+    (create one Extractor per thread for parallelism). Use as a context manager, or call `close()`.
+    Note that a time limit is wall-clock: on an overloaded machine a borderline page may time out in
+    one run and not another; the decision records it either way.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_html_bytes: int = DEFAULT_MAX_HTML_BYTES,
+        *,
+        recycle_after_docs: int = 10_000,
+        start_timeout_s: float = 120.0,
+        **trafilatura_options,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if max_html_bytes <= 0:
+            raise ValueError(f"max_html_bytes must be > 0, got {max_html_bytes}")
+        self.timeout_s = timeout_s
+        self.max_html_bytes = max_html_bytes
+        self.recycle_after_docs = recycle_after_docs
+        self.start_timeout_s = start_timeout_s
+        self.options = {**DEFAULT_TRAFILATURA_OPTIONS, **trafilatura_options}
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+
+    def __enter__(self) -> Extractor:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker process (a later `extract` starts a new one)."""
+        with self._lock:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
+
+    def extract(self, payload: bytes, content_type: str | None = None, url: str | None = None) -> ExtractionResult:
+        """Decode, extract and normalise one HTML payload; never raises for a bad document."""
+        start = time.perf_counter()
+
+        def result(text: str | None, decision: str | None, detail: str | None = None) -> ExtractionResult:
+            return ExtractionResult(text, decision, time.perf_counter() - start, detail)
+
+        if len(payload) > self.max_html_bytes:
+            return result(None, DECISION_TOO_LARGE, f"{len(payload)} bytes > max_html_bytes={self.max_html_bytes}")
+        html, how = _decode_html(payload, content_type)
+        if html is None:
+            return result(None, DECISION_EXTRACT_FAILED, how)
+        if not html.strip():
+            return result(None, DECISION_EMPTY, "empty payload")
+
+        with self._lock:
+            if self._worker is not None and self._worker.n_docs >= self.recycle_after_docs:
+                self._drop_worker()  # bounds the memory a long-lived worker accumulates
+            if self._worker is None:
+                self._worker = _Worker(self.options, self.start_timeout_s)
+            status, value = self._worker.request(html, url, self.timeout_s)
+            if status in ("timeout", "died"):
+                self._drop_worker()
+
+        if status == "timeout":
+            return result(None, DECISION_EXTRACT_TIMEOUT, f"no result within {self.timeout_s} s")
+        if status != "ok":
+            return result(None, DECISION_EXTRACT_FAILED, str(value))
+        text = normalise_text(value) if value else ""
+        if not text:
+            return result(None, DECISION_EMPTY, "no main text found")
+        return result(text, None)
+
+    def extract_many(self, items: Iterable[tuple[bytes, str | None, str | None]]) -> list[ExtractionResult]:
+        """`extract` over (payload, content_type, url) items, results in input order."""
+        return [self.extract(payload, content_type, url) for payload, content_type, url in items]
+
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Worker process (runs this file as a script; imports nothing from the package)
+
+
+def _worker_main() -> None:
+    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    in_fd = sys.stdin.fileno()
+    logging.disable(logging.WARNING)  # trafilatura logs every discarded page; decisions carry that
+
+    _, options = _read_frame(in_fd, None)
+    import trafilatura
+    from trafilatura.deduplication import LRUCache
+    from trafilatura.settings import LRU_SIZE
+
+    import inspect
+
+    unknown = sorted(set(options) - set(inspect.signature(trafilatura.extract).parameters))
+    if unknown:
+        _write_frame(out_fd, f"unknown trafilatura.extract options: {unknown}")
+        return
+    dedup = bool(options.pop("deduplicate", False))
+    _write_frame(out_fd, "ready")
+    while True:
+        try:
+            _, (html, url) = _read_frame(in_fd, None)
+        except EOFError:
+            return
+        try:
+            # A fresh cache per document: trafilatura's global one would make a page's text depend on
+            # the pages the same worker saw before it (non-deterministic across worker counts).
+            text = trafilatura.extract(
+                html, url=url, deduplicate=LRUCache(maxsize=LRU_SIZE) if dedup else False, **options
+            )
+            reply: tuple[str, object] = ("ok", text)
+        except Exception as exc:  # noqa: BLE001 - any library error is a per-document decision
+            reply = ("error", f"{type(exc).__name__}: {exc}"[:500])
+        _write_frame(out_fd, reply)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    _worker_main()
