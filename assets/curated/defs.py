@@ -21,7 +21,7 @@ from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, bu
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import RAW_COLUMNS, CurateParams, curate_records, exact_duplicate_rows, funnel, is_html
 from assets.curated.perplexity import buckets_by_language
-from assets.curated.plots import histogram_png, markdown_image
+from assets.curated.plots import histogram_markdown
 from assets.curated.quality import QualityThresholds
 from assets.lakehouse import md_table, provenance
 from assets.partitions import crawl_segments
@@ -154,7 +154,7 @@ class CurateConfig(dg.Config):
 
     language_threshold: float = DEFAULT_LANG_THRESHOLD
     allowed_languages: typing.Optional[list[str]] = None
-    extract_timeout_s: float = 5.0
+    extract_timeout_s: float = 1.0  # CPU seconds per page (datatrove's 1 s)
     max_html_bytes: int = 5_000_000
     ppl_head_pct: float = 30.0
     ppl_tail_pct: float = 60.0
@@ -264,8 +264,8 @@ def curated_documents(context: dg.AssetExecutionContext, config: CurateConfig, c
             ((lang, langs.count(lang)) for lang in set(langs) if lang), key=lambda kv: (-kv[1], kv[0]))[:15]),
     }
     if kept_ppl:
-        metadata["perplexity_histogram"] = dg.MetadataValue.md(markdown_image(
-            histogram_png(kept_ppl, f"perplexity, {ref.partition_key}", "perplexity"), "perplexity histogram"))
+        metadata["perplexity_histogram"] = dg.MetadataValue.md(
+            histogram_markdown(kept_ppl, f"perplexity of documents with text, {ref.partition_key}"))
     context.log.info("%s: %d documents, funnel %s", ref.partition_key, len(decisions), funnel(decisions))
     return dg.MaterializeResult(metadata=metadata)
 

