@@ -242,8 +242,51 @@ CURATED_LANGID_VALIDATION = TableDef(
     ),
 )
 
+# MinHash LSH index of kept documents: one row per (document, band), written sorted by (band, band_hash)
+# so a band-by-band scan reads few row groups. Signatures are kept apart, read only for candidate pairs.
+CURATED_MINHASH_BANDS = TableDef(
+    "curated",
+    "minhash_bands",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "band", IntegerType(), True),
+        (5, "band_hash", LongType(), True),
+    ),
+    partition_by=("crawl", "segment"),
+)
+
+CURATED_MINHASH_SIGNATURES = TableDef(
+    "curated",
+    "minhash_signatures",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "signature", BinaryType(), True),  # bands*rows MinHash values, assets.dedup.minhash.signature_to_bytes
+    ),
+    partition_by=("crawl", "segment"),
+)
+
+# Near-duplicate clusters across ALL materialised partitions: every document in a cluster of size > 1.
+# The canonical document (earliest crawl, then doc_id) has decision null; the others `near_duplicate`.
+CURATED_NEAR_DUPLICATES = TableDef(
+    "curated",
+    "near_duplicates",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "decision", StringType(), False),  # "near_duplicate", or null for the cluster's canonical document
+        (5, "cluster_id", StringType(), True),  # doc_id of the canonical document
+        (6, "cluster_size", IntegerType(), True),  # kept for duplicate-aware up-weighting (FineWeb-2)
+        (7, "duplicate_of", StringType(), False),
+    ),
+)
+
 TABLES: dict[str, TableDef] = {
     t.identifier: t
     for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
-              CURATED_LANGID_VALIDATION)
+              CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES)
 }

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.curated import defs as curated_defs
+from assets.dedup import defs as dedup_defs
 from assets.raw import defs as raw_defs
 from orchestration.jobs import jobs
 from orchestration.sensors import sensors
@@ -28,7 +29,7 @@ def resources() -> dict[str, dg.ConfigurableResource]:
 
 
 defs = dg.Definitions(
-    assets=[*raw_defs.assets, *curated_defs.assets],
+    assets=[*raw_defs.assets, *curated_defs.assets, *dedup_defs.assets],
     asset_checks=curated_defs.asset_checks,
     jobs=jobs,
     sensors=sensors,

@@ -66,15 +66,21 @@ def report_curated(catalog) -> None:
     from assets.curated.pipeline import funnel
 
     docs = catalog.load_table("curated.documents").scan(selected_fields=("decision", "kept", "language")).to_arrow()
-    dups = catalog.load_table("curated.exact_duplicates").scan(selected_fields=("doc_id",)).to_arrow().num_rows
+    exact = set(catalog.load_table("curated.exact_duplicates").scan(selected_fields=("doc_id",)).to_arrow()["doc_id"]
+                .to_pylist())
+    near = catalog.load_table("curated.near_duplicates").scan(selected_fields=("doc_id", "decision")).to_arrow()
+    near_dups = {d for d, dec in zip(near["doc_id"].to_pylist(), near["decision"].to_pylist()) if dec}
     print(f"\ncurated.documents: {docs.num_rows} HTML documents; funnel (first failing rule)")
     rows = funnel(docs["decision"].to_pylist())
     kept = rows.pop()[1]
-    for decision, n in rows + [("exact_duplicate", dups), ("kept", kept - dups)]:
+    only_near = near_dups - exact
+    for decision, n in rows + [("exact_duplicate", len(exact)), ("near_duplicate", len(only_near)),
+                               ("kept", kept - len(exact) - len(only_near))]:
         print(f"  {decision:<40} {n:>6}")
     langs = Counter(lang for lang, k in zip(docs["language"].to_pylist(), docs["kept"].to_pylist()) if k)
     print("  kept by language: " + ", ".join(f"{lang} {n}" for lang, n in langs.most_common()))
-    for ident in ("curated.documents", "curated.exact_duplicates", "curated.langid_validation"):
+    for ident in ("curated.documents", "curated.exact_duplicates", "curated.langid_validation",
+                  "curated.minhash_bands", "curated.near_duplicates"):
         snap = catalog.load_table(ident).current_snapshot()
         print(f"  {ident:<28} snapshot {snap.snapshot_id if snap else None}")
 
@@ -91,7 +97,9 @@ def main() -> int:
         run_job(defs, instance, "curate_models")
         for key in keys:
             run_job(defs, instance, "curate", key)
+            run_job(defs, instance, "minhash", key)
         run_job(defs, instance, "exact_dedup")
+        run_job(defs, instance, "near_dedup")
         print(f"\n{len(keys)} partitions materialised: {', '.join(keys)}")
     catalog = defs.resources["catalog"].catalog()
     report(catalog)

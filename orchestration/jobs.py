@@ -3,6 +3,7 @@
 import dagster as dg
 
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES, LANGID_VALIDATION, REFERENCE_LM
+from assets.dedup.defs import MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES
 
 raw_ingest_job = dg.define_asset_job(
     "raw_ingest",
@@ -28,4 +29,16 @@ exact_dedup_job = dg.define_asset_job(
     description="Exact duplicates across every materialised partition of curated.documents.",
 )
 
-jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job]
+minhash_job = dg.define_asset_job(
+    "minhash",
+    selection=dg.AssetSelection.assets(MINHASH_BANDS, MINHASH_SIGNATURES),
+    description="MinHash signatures and LSH bands of one crawl segment's kept documents.",
+)
+
+near_dedup_job = dg.define_asset_job(
+    "near_dedup",
+    selection=dg.AssetSelection.assets(NEAR_DUPLICATES),
+    description="Near-duplicate clusters across every materialised partition (band by band from Iceberg).",
+)
+
+jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job, minhash_job, near_dedup_job]

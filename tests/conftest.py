@@ -65,7 +65,7 @@ def materialize_segments(instance: dg.DagsterInstance, root: Path, keys, run_con
                  "lm": LanguageModelResource(model_path=lm_path)}
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
     sel = dg.AssetSelection.groups("raw") if selection == "raw" else dg.AssetSelection.assets(
-        dg.AssetKey(selection.split("/")))
+        dg.AssetKey(selection.split("/"))).required_multi_asset_neighbors()
     results = []
     for key in keys:
         res = dg.materialize(assets, partition_key=key, instance=instance, resources=resources,
@@ -75,7 +75,7 @@ def materialize_segments(instance: dg.DagsterInstance, root: Path, keys, run_con
     return results
 
 
-def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = ""):
+def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = "", run_config=None):
     """Materialise unpartitioned assets (and their checks) by key path, e.g. "curated/exact_duplicates"."""
     from orchestration.definitions import defs
     from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
@@ -83,7 +83,7 @@ def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = 
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)] + list(defs.asset_checks or [])
     resources = {"catalog": IcebergCatalogResource(), "lm": LanguageModelResource(model_path=lm_path),
                  "crawl_source": LocalCrawlSource(root=str(SAMPLE_CRAWL))}
-    res = dg.materialize(assets, instance=instance, resources=resources,
+    res = dg.materialize(assets, instance=instance, resources=resources, run_config=run_config,
                          selection=dg.AssetSelection.assets(*(dg.AssetKey(k.split("/")) for k in keys)))
     assert res.success, keys
     return res

@@ -1,0 +1,1 @@
+"""Near-duplicate detection: MinHash signatures, LSH bands, crawl-ordered clustering."""
