@@ -124,6 +124,7 @@ class PartitionWriter:
         *,
         catalog_fingerprint: str = "",
         target_file_bytes: int = 256 << 20,
+        row_group_rows: int | None = None,
         max_attempts: int = 8,
     ) -> None:
         self.table_def: TableDef = TABLES[identifier]
@@ -137,6 +138,7 @@ class PartitionWriter:
         self.partition = dict(partition)
         self.catalog_fingerprint = catalog_fingerprint
         self.target_file_bytes = target_file_bytes
+        self.row_group_rows = row_group_rows
         self.max_attempts = max_attempts
         self.table: Table = catalog.load_table(identifier)
         # written with the catalog's schema: its field ids are what readers resolve columns by
@@ -156,7 +158,7 @@ class PartitionWriter:
         table = self._conform(table)
         if self._writer is None:
             self._open_file()
-        self._writer.write_table(table)
+        self._writer.write_table(table, row_group_size=self.row_group_rows)
         self.rows += table.num_rows
         self._file_bytes += table.nbytes
         if self._file_bytes >= self.target_file_bytes:

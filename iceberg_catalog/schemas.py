@@ -242,8 +242,9 @@ CURATED_LANGID_VALIDATION = TableDef(
     ),
 )
 
-# MinHash LSH index of kept documents: one row per (document, band), written sorted by (band, band_hash)
-# so a band-by-band scan reads few row groups. Signatures are kept apart, read only for candidate pairs.
+# MinHash LSH index of kept documents: one row per (document, band), written as one row group per band per
+# batch (sorted by band_hash), so a band scan skips other bands by row-group statistics. Signatures are kept
+# apart, read only to verify candidate pairs.
 CURATED_MINHASH_BANDS = TableDef(
     "curated",
     "minhash_bands",
@@ -285,8 +286,49 @@ CURATED_NEAR_DUPLICATES = TableDef(
     ),
 )
 
+# The tokenizer as data: the exact tokenizer.json is recoverable from the lakehouse by its id.
+TOKENIZED_TOKENIZERS = TableDef(
+    "tokenized",
+    "tokenizers",
+    _fields(
+        (1, "tokenizer_id", StringType(), True),  # sha256 of the canonical tokenizer.json
+        (2, "name", StringType(), True),
+        (3, "vocab_size", IntegerType(), True),
+        (4, "eos_id", IntegerType(), True),
+        (5, "bos_id", IntegerType(), False),
+        (6, "token_dtype", StringType(), True),  # uint16 | uint32, little-endian
+        (7, "tokenizer_json", StringType(), True),
+    ),
+    partition_by=("tokenizer_id",),
+)
+
+# Kept documents as token arrays (EOS appended), one row per document, in the curated partition's order.
+# Data files are written in row groups of `docs_per_row_group` documents (see assets/tokenized/defs.py).
+TOKENIZED_DOCUMENTS = TableDef(
+    "tokenized",
+    "documents",
+    _fields(
+        (1, "tokenizer_id", StringType(), True),
+        (2, "doc_id", StringType(), True),
+        (3, "record_id", StringType(), True),
+        (4, "deletion_key", StringType(), True),
+        (5, "crawl", StringType(), True),
+        (6, "segment", StringType(), True),
+        (7, "tokens", BinaryType(), True),
+        (8, "token_dtype", StringType(), True),
+        (9, "n_tokens", IntegerType(), True),  # including the final EOS
+        (10, "tokens_sha256", StringType(), True),
+        (11, "language", StringType(), False),  # mixture labels
+        (12, "ppl_bucket", StringType(), False),
+        (13, "host", StringType(), False),
+        (14, "domain_class", StringType(), False),  # top-level domain of the host
+    ),
+    partition_by=("tokenizer_id", "crawl", "segment"),
+)
+
 TABLES: dict[str, TableDef] = {
     t.identifier: t
     for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
-              CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES)
+              CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES,
+              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS)
 }

@@ -10,9 +10,10 @@ import dagster as dg
 from assets.curated import defs as curated_defs
 from assets.dedup import defs as dedup_defs
 from assets.raw import defs as raw_defs
+from assets.tokenized import defs as tokenized_defs
 from orchestration.jobs import jobs
 from orchestration.sensors import sensors
-from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
+from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource, TokenizerResource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CRAWL = REPO_ROOT / "data" / "sample_crawl"
@@ -25,12 +26,13 @@ def resources() -> dict[str, dg.ConfigurableResource]:
         "catalog": IcebergCatalogResource(),
         "crawl_source": LocalCrawlSource(root=os.environ.get("TOKENLAKE_CRAWL_ROOT", str(SAMPLE_CRAWL))),
         "lm": LanguageModelResource(model_path=os.environ.get("TOKENLAKE_LM_PATH", "")),
+        "tokenizer": TokenizerResource(),
     }
 
 
 defs = dg.Definitions(
-    assets=[*raw_defs.assets, *curated_defs.assets, *dedup_defs.assets],
-    asset_checks=curated_defs.asset_checks,
+    assets=[*raw_defs.assets, *curated_defs.assets, *dedup_defs.assets, *tokenized_defs.assets],
+    asset_checks=[*curated_defs.asset_checks, *tokenized_defs.asset_checks],
     jobs=jobs,
     sensors=sensors,
     resources=resources(),

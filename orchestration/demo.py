@@ -16,6 +16,8 @@ import dagster as dg
 from iceberg_catalog import tokenlake_home
 from orchestration.instance import prepare_dagster_home
 
+DEMO_TOKENIZER = "gpt2"
+
 
 def run_sensor_and_ingest(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[str]:
     """One sensor tick (as the daemon would run it), then every requested partition in-process."""
@@ -33,7 +35,7 @@ def run_sensor_and_ingest(defs: dg.Definitions, instance: dg.DagsterInstance) ->
     return keys
 
 
-def run_job(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key: str | None = None) -> None:
+def run_job(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None) -> None:
     """Execute one job in-process on the instance (the run shows up in the UI's run history)."""
     print(f"running {name}" + (f" for {partition_key}" if partition_key else "") + " ...", flush=True)
     res = defs.resolve_job_def(name).execute_in_process(instance=instance, partition_key=partition_key,
@@ -85,6 +87,22 @@ def report_curated(catalog) -> None:
         print(f"  {ident:<28} snapshot {snap.snapshot_id if snap else None}")
 
 
+def report_tokenized(catalog) -> None:
+    t = catalog.load_table("tokenized.documents").scan(selected_fields=("tokenizer_id", "crawl", "n_tokens")).to_arrow()
+    names = {r["tokenizer_id"]: r["name"] for r in
+             catalog.load_table("tokenized.tokenizers").scan(selected_fields=("tokenizer_id", "name")).to_arrow().to_pylist()}
+    print("\ntokenized.documents: documents and tokens per tokenizer and crawl")
+    totals: Counter = Counter()
+    docs: Counter = Counter()
+    for tid, crawl, n in zip(t["tokenizer_id"].to_pylist(), t["crawl"].to_pylist(), t["n_tokens"].to_pylist()):
+        totals[(names.get(tid, tid[:12]), crawl)] += n
+        docs[(names.get(tid, tid[:12]), crawl)] += 1
+    for (name, crawl), n in sorted(totals.items()):
+        print(f"  {name:<12} {crawl:<20} {docs[(name, crawl)]:>5} documents {n:>9,} tokens")
+    snap = catalog.load_table("tokenized.documents").current_snapshot()
+    print(f"  tokenized.documents          snapshot {snap.snapshot_id if snap else None}")
+
+
 def main() -> int:
     home = tokenlake_home()
     dagster_home = prepare_dagster_home()
@@ -100,10 +118,15 @@ def main() -> int:
             run_job(defs, instance, "minhash", key)
         run_job(defs, instance, "exact_dedup")
         run_job(defs, instance, "near_dedup")
+        instance.add_dynamic_partitions("tokenizers", [DEMO_TOKENIZER])
+        run_job(defs, instance, "register_tokenizer", DEMO_TOKENIZER)
+        for key in keys:
+            run_job(defs, instance, "tokenize", dg.MultiPartitionKey({"tokenizer": DEMO_TOKENIZER, "segment": key}))
         print(f"\n{len(keys)} partitions materialised: {', '.join(keys)}")
     catalog = defs.resources["catalog"].catalog()
     report(catalog)
     report_curated(catalog)
+    report_tokenized(catalog)
     print("\nBrowse it: DAGSTER_HOME=" + str(dagster_home) + " .venv/bin/dagster dev -w workspace.yaml")
     return 0
 

@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES, LANGID_VALIDATION, REFERENCE_LM
 from assets.dedup.defs import MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES
+from assets.tokenized.defs import TOKENIZED_DOCUMENTS, TOKENIZERS
 
 raw_ingest_job = dg.define_asset_job(
     "raw_ingest",
@@ -41,4 +42,17 @@ near_dedup_job = dg.define_asset_job(
     description="Near-duplicate clusters across every materialised partition (band by band from Iceberg).",
 )
 
-jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job, minhash_job, near_dedup_job]
+register_tokenizer_job = dg.define_asset_job(
+    "register_tokenizer",
+    selection=dg.AssetSelection.assets(TOKENIZERS),
+    description="Store a named tokenizer.json (a `tokenizers` partition) in tokenized.tokenizers.",
+)
+
+tokenize_job = dg.define_asset_job(
+    "tokenize",
+    selection=dg.AssetSelection.assets(TOKENIZED_DOCUMENTS),
+    description="Tokenize one (tokenizer, crawl segment) partition of kept documents, then check checksums.",
+)
+
+jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job, minhash_job, near_dedup_job,
+        register_tokenizer_job, tokenize_job]

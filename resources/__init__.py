@@ -2,9 +2,11 @@
 
 from resources.catalog import IcebergCatalogResource
 from resources.crawl_source import LocalCrawlSource, SegmentRef, WarcFileRef, parse_partition_key
-from resources.models import LanguageModelResource, reference_lm_path
+from resources.models import DEFAULT_TOKENIZERS, LanguageModelResource, TokenizerResource, reference_lm_path
 
 __all__ = [
+    "DEFAULT_TOKENIZERS",
+    "TokenizerResource",
     "IcebergCatalogResource",
     "LanguageModelResource",
     "LocalCrawlSource",

@@ -61,8 +61,8 @@ def materialize_segments(instance: dg.DagsterInstance, root: Path, keys, run_con
     from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
 
     instance.add_dynamic_partitions("crawl_segments", list(keys))
-    resources = {"catalog": IcebergCatalogResource(), "crawl_source": LocalCrawlSource(root=str(root)),
-                 "lm": LanguageModelResource(model_path=lm_path)}
+    resources = {**defs.resources, "catalog": IcebergCatalogResource(),
+                 "crawl_source": LocalCrawlSource(root=str(root)), "lm": LanguageModelResource(model_path=lm_path)}
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
     sel = dg.AssetSelection.groups("raw") if selection == "raw" else dg.AssetSelection.assets(
         dg.AssetKey(selection.split("/"))).required_multi_asset_neighbors()
@@ -81,8 +81,8 @@ def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = 
     from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
 
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)] + list(defs.asset_checks or [])
-    resources = {"catalog": IcebergCatalogResource(), "lm": LanguageModelResource(model_path=lm_path),
-                 "crawl_source": LocalCrawlSource(root=str(SAMPLE_CRAWL))}
+    resources = {**defs.resources, "catalog": IcebergCatalogResource(),
+                 "lm": LanguageModelResource(model_path=lm_path), "crawl_source": LocalCrawlSource(root=str(SAMPLE_CRAWL))}
     res = dg.materialize(assets, instance=instance, resources=resources, run_config=run_config,
                          selection=dg.AssetSelection.assets(*(dg.AssetKey(k.split("/")) for k in keys)))
     assert res.success, keys

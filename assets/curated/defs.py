@@ -154,7 +154,9 @@ class CurateConfig(dg.Config):
 
     language_threshold: float = DEFAULT_LANG_THRESHOLD
     allowed_languages: typing.Optional[list[str]] = None
-    extract_timeout_s: float = 1.0  # CPU seconds per page (datatrove's 1 s)
+    # CPU seconds per page: a safety net for pathological pages, set well above what ordinary pages need
+    # (the sample crawl's slowest takes ~1.8 s), so no decision depends on timing jitter
+    extract_timeout_s: float = 5.0
     max_html_bytes: int = 5_000_000
     ppl_head_pct: float = 30.0
     ppl_tail_pct: float = 60.0

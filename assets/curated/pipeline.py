@@ -44,7 +44,9 @@ class CurateParams:
     language_threshold: float = DEFAULT_LANG_THRESHOLD
     allowed_languages: tuple[str, ...] | None = None
     quality: QualityThresholds = field(default_factory=QualityThresholds)
-    extract_timeout_s: float = 1.0  # CPU seconds per page (datatrove's 1 s)
+    # CPU seconds per page: a safety net for pathological pages, set well above what ordinary pages need
+    # (the sample crawl's slowest takes ~1.8 s), so no decision depends on timing jitter
+    extract_timeout_s: float = 5.0
     max_html_bytes: int = 5_000_000
     ppl_head_pct: float = HEAD_PCT
     ppl_tail_pct: float = TAIL_PCT

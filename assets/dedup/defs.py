@@ -10,6 +10,7 @@ from multiprocessing import get_context
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pydantic
 from pyiceberg.expressions import And, EqualTo, In
 
@@ -96,15 +97,13 @@ def dedup_minhash(context: dg.AssetExecutionContext, config: MinHashConfig, cata
         n = len(ids)
         n_docs += n
         hashes = np.array([band_hashes(s, params) for s in sigs], dtype=np.int64).reshape(n, params.bands)
-        band_col = np.tile(np.arange(params.bands, dtype=np.int32), n)
-        bands = pa.table({
-            "doc_id": np.repeat(np.array(ids, dtype=object), params.bands),
-            "crawl": [ref.crawl] * (n * params.bands),
-            "segment": [ref.segment] * (n * params.bands),
-            "band": band_col,
-            "band_hash": hashes.reshape(-1),
-        }).sort_by([("band", "ascending"), ("band_hash", "ascending"), ("doc_id", "ascending")])
-        bands_writer.write(bands)
+        for b in range(params.bands):
+            # one row group per band (each write is its own row group), sorted by hash: a band scan skips
+            # every other band's row groups by their statistics
+            bands_writer.write(pa.table({
+                "doc_id": ids, "crawl": [ref.crawl] * n, "segment": [ref.segment] * n,
+                "band": pa.array(np.full(n, b, np.int32)), "band_hash": hashes[:, b],
+            }).sort_by([("band_hash", "ascending"), ("doc_id", "ascending")]))
         sigs_writer.write(pa.table({
             "doc_id": ids, "crawl": [ref.crawl] * n, "segment": [ref.segment] * n,
             "signature": [signature_to_bytes(s) for s in sigs],
@@ -161,20 +160,25 @@ class NearDuplicateConfig(dg.Config):
     n_grams: int = 5  # must match dedup/minhash_bands' n_grams (its shingles are what the bands hash)
 
 
-def _similarity(verify: str, ids: list, index: dict, catalog: IcebergCatalogResource, upstream: dict,
+def _similarity(verify: str, ids: pa.Array, doc_ids: pa.Array, catalog: IcebergCatalogResource, upstream: dict,
                 n_grams: int):
     """The pair similarity function for `verify`, loading only the documents involved in candidate pairs."""
+    id_list = ids.to_pylist()
+
+    def by_index(table: pa.Table) -> dict[int, object]:
+        idx = pc.index_in(table["doc_id"], value_set=doc_ids).to_numpy(zero_copy_only=False)
+        return dict(zip(idx.tolist(), table.column(1).to_pylist()))
+
     if verify == "estimated":
         rows = catalog.table("curated.minhash_signatures").scan(
-            row_filter=In("doc_id", ids), selected_fields=("doc_id", "signature"),
+            row_filter=In("doc_id", id_list), selected_fields=("doc_id", "signature"),
             snapshot_id=upstream["curated.minhash_signatures"]).to_arrow()
-        sig = {index[d]: signature_from_bytes(b) for d, b in zip(rows["doc_id"].to_pylist(), rows["signature"].to_pylist())}
+        sig = {i: signature_from_bytes(b) for i, b in by_index(rows).items()}
         return lambda i, j: estimated_jaccard(sig[i], sig[j])
     rows = catalog.table("curated.documents").scan(
-        row_filter=In("doc_id", ids), selected_fields=("doc_id", "text"),
+        row_filter=In("doc_id", id_list), selected_fields=("doc_id", "text"),
         snapshot_id=upstream["curated.documents"]).to_arrow()
-    sets = {index[d]: frozenset(shingles(t or "", n_grams))
-            for d, t in zip(rows["doc_id"].to_pylist(), rows["text"].to_pylist())}
+    sets = {i: frozenset(shingles(t or "", n_grams)) for i, t in by_index(rows).items()}
     return lambda i, j: exact_jaccard(sets[i], sets[j])
 
 
@@ -196,17 +200,20 @@ def near_duplicates(context: dg.AssetExecutionContext, config: NearDuplicateConf
     upstream = {t: (s.snapshot_id if (s := catalog.table(t).current_snapshot()) else None)
                 for t in ("curated.minhash_bands", "curated.minhash_signatures", "curated.documents")}
     t0 = time.perf_counter()
-    # the document index: every document has band 0; canonical order is (crawl, doc_id)
-    docs = bands_table.scan(row_filter=EqualTo("band", 0), selected_fields=("doc_id", "crawl", "segment"),
-                            snapshot_id=upstream["curated.minhash_bands"]).to_arrow() \
-        if upstream["curated.minhash_bands"] else pa.table({"doc_id": pa.array([], pa.string()),
-                                                            "crawl": pa.array([], pa.string()),
-                                                            "segment": pa.array([], pa.string())})
+    # the document index: every document has band 0; canonical order is (crawl, doc_id); a document's index
+    # is its position in `doc_ids` (an Arrow array: ~40 bytes a document, no Python objects)
+    empty = pa.table({"doc_id": pa.array([], pa.string()), "crawl": pa.array([], pa.string()),
+                      "segment": pa.array([], pa.string())})
+    docs = (bands_table.scan(row_filter=EqualTo("band", 0), selected_fields=("doc_id", "crawl", "segment"),
+                             snapshot_id=upstream["curated.minhash_bands"]).to_arrow()
+            if upstream["curated.minhash_bands"] else empty)
     docs = docs.sort_by([("crawl", "ascending"), ("doc_id", "ascending")])
-    doc_ids = docs["doc_id"].to_pylist()
-    crawls = docs["crawl"].to_pylist()
-    index = {d: i for i, d in enumerate(doc_ids)}
-    crawl_starts = [i for i in range(len(crawls)) if i == 0 or crawls[i] != crawls[i - 1]]
+    doc_ids = docs["doc_id"].combine_chunks()
+    crawl_col = docs["crawl"].combine_chunks()
+    n_docs = len(doc_ids)
+    changes = np.flatnonzero(pc.not_equal(crawl_col[1:], crawl_col[:-1]).to_numpy(zero_copy_only=False)) + 1 \
+        if n_docs > 1 else np.empty(0, np.int64)
+    crawl_starts = [0, *changes.tolist()] if n_docs else []
     n_bands = 0
     per_band = []
     while upstream["curated.minhash_bands"]:
@@ -214,42 +221,43 @@ def near_duplicates(context: dg.AssetExecutionContext, config: NearDuplicateConf
                                 snapshot_id=upstream["curated.minhash_bands"]).to_arrow()
         if band.num_rows == 0:
             break
-        idx = np.fromiter((index[d] for d in band["doc_id"].to_pylist()), np.int64, band.num_rows)
+        idx = pc.index_in(band["doc_id"], value_set=doc_ids).to_numpy(zero_copy_only=False).astype(np.int64)
         per_band.append(band_candidate_pairs(idx, band["band_hash"].to_numpy()))
         n_bands += 1
     candidates = merge_edges(per_band)
     del per_band
     edges = candidates
     if config.verify != "none" and len(candidates):
-        involved = sorted({doc_ids[i] for i in np.unique(candidates)})
-        similarity = _similarity(config.verify, involved, index, catalog, upstream, config.n_grams)
+        involved = np.unique(candidates)
+        similarity = _similarity(config.verify, doc_ids.take(pa.array(involved)), doc_ids, catalog, upstream,
+                                 config.n_grams)
         edges = verify_edges(candidates, similarity, config.threshold)
-    clusters = cluster_crawl_ordered(crawl_starts, len(doc_ids), edges)
+    clusters = cluster_crawl_ordered(crawl_starts, n_docs, edges)
     members = np.flatnonzero(clusters.size > 1)
     dup = clusters.is_duplicate()
-    segments = docs["segment"].to_pylist()
+    take = pa.array(members, pa.int64())
+    canonical = doc_ids.take(pa.array(clusters.cluster_of[members], pa.int64()))
     rows = pa.table({
-        "doc_id": [doc_ids[i] for i in members],
-        "crawl": [crawls[i] for i in members],
-        "segment": [segments[i] for i in members],
-        "decision": [DECISION_NEAR_DUPLICATE if dup[i] else None for i in members],
-        "cluster_id": [doc_ids[clusters.cluster_of[i]] for i in members],
+        "doc_id": doc_ids.take(take),
+        "crawl": crawl_col.take(take),
+        "segment": docs["segment"].combine_chunks().take(take),
+        "decision": pa.array([DECISION_NEAR_DUPLICATE if d else None for d in dup[members]], pa.string()),
+        "cluster_id": canonical,
         "cluster_size": pa.array(clusters.size[members], pa.int32()),
-        "duplicate_of": [doc_ids[clusters.cluster_of[i]] if dup[i] else None for i in members],
+        "duplicate_of": pc.if_else(pa.array(dup[members]), canonical, pa.scalar(None, pa.string())),
     })
     writer = catalog.partition_writer("curated.near_duplicates", {})
     writer.write(rows)
     commit = writer.commit(provenance(context, NEAR_DUPLICATES, config.model_dump(), upstream))
     seconds = time.perf_counter() - t0
     n_dup = int(dup.sum())
-    by_crawl = {}
-    for i in np.flatnonzero(dup):
-        by_crawl[crawls[i]] = by_crawl.get(crawls[i], 0) + 1
-    context.log.info("%d documents, %d candidate pairs, %d verified, %d near duplicates", len(doc_ids),
+    dup_crawls = crawl_col.take(pa.array(np.flatnonzero(dup), pa.int64())).value_counts().to_pylist()
+    by_crawl = {d["values"]: d["counts"] for d in dup_crawls}
+    context.log.info("%d documents, %d candidate pairs, %d verified, %d near duplicates", n_docs,
                      len(candidates), len(edges), n_dup)
     return dg.MaterializeResult(metadata={
         "dagster/row_count": rows.num_rows,
-        "documents": len(doc_ids),
+        "documents": n_docs,
         "bands": n_bands,
         "candidate_pairs": int(len(candidates)),
         "verified_pairs": int(len(edges)),

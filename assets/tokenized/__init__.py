@@ -1,0 +1,1 @@
+"""Tokenized shards: tokenizer-bound token arrays with EOS boundaries, counts and checksums."""

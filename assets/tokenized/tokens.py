@@ -1,0 +1,139 @@
+"""Tokenizers as data and documents as token arrays. No Dagster here.
+
+A tokenizer is identified by the sha256 of its canonical tokenizer.json (keys sorted, no whitespace), so the
+same tokenizer has the same id on every machine and any change to it is a new id. Documents are encoded with
+`encode_batch` (parallel in Rust), special-token strings inside the text are encoded as plain text (a page
+that quotes "<|endoftext|>" must not end itself), and the tokenizer's EOS id is appended. Tokens are stored
+little-endian as uint16 when the vocabulary fits, else uint32, with a sha256 checksum over those bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
+BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<|startoftext|>", "<bos>")
+
+
+def canonical_json(raw: str) -> str:
+    """tokenizer.json with sorted keys and no insignificant whitespace."""
+    return json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def tokenizer_id(raw: str) -> str:
+    """sha256 (hex) of the canonical tokenizer.json."""
+    return hashlib.sha256(canonical_json(raw).encode("utf-8")).hexdigest()
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits, else uint32 (little-endian either way)."""
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    tokenizer_id: str
+    name: str
+    vocab_size: int
+    eos_id: int
+    bos_id: int | None
+    token_dtype: str  # "uint16" | "uint32"
+
+
+def _special_id(tok: Tokenizer, candidates: Sequence[str]) -> int | None:
+    for token in candidates:
+        tid = tok.token_to_id(token)
+        if tid is not None:
+            return tid
+    return None
+
+
+@dataclass
+class LoadedTokenizer:
+    tokenizer: Tokenizer
+    info: TokenizerInfo
+    json_text: str
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype("<u2") if self.info.token_dtype == "uint16" else np.dtype("<u4")
+
+
+def load_tokenizer(path: str | Path, name: str, eos_token: str | None = None) -> LoadedTokenizer:
+    """Load a tokenizer.json from disk (never from a hub) with its id, EOS/BOS ids and token width."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"tokenizer {name!r}: {str(p)!r} is not a file (give a local tokenizer.json path)")
+    return tokenizer_from_json(p.read_text(encoding="utf-8"), name, eos_token)
+
+
+def tokenizer_from_json(raw: str, name: str, eos_token: str | None = None) -> LoadedTokenizer:
+    """A tokenizer from its tokenizer.json text (e.g. as stored in tokenized.tokenizers)."""
+    tok = Tokenizer.from_str(raw)
+    tok.encode_special_tokens = True
+    eos = tok.token_to_id(eos_token) if eos_token else _special_id(tok, EOS_CANDIDATES)
+    if eos is None:
+        raise ValueError(f"tokenizer {name!r} has no EOS token among {EOS_CANDIDATES}; pass eos_token=...")
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    dtype = token_dtype(vocab)
+    info = TokenizerInfo(tokenizer_id(raw), name, vocab, eos, _special_id(tok, BOS_CANDIDATES),
+                         "uint16" if dtype.itemsize == 2 else "uint32")
+    return LoadedTokenizer(tok, info, raw)
+
+
+def encode_documents(lt: LoadedTokenizer, texts: Sequence[str]) -> list[np.ndarray]:
+    """Token ids of each text followed by EOS, in the tokenizer's storage dtype."""
+    encodings = lt.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    eos = np.array([lt.info.eos_id], dtype=lt.dtype)
+    return [np.concatenate([np.asarray(e.ids, dtype=lt.dtype), eos]) for e in encodings]
+
+
+def tokens_checksum(data: bytes) -> str:
+    """sha256 (hex) of the stored token bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def tokens_from_bytes(data: bytes, token_dtype_name: str) -> np.ndarray:
+    return np.frombuffer(data, dtype="<u2" if token_dtype_name == "uint16" else "<u4")
+
+
+def decode_document(lt: LoadedTokenizer, tokens: np.ndarray) -> str:
+    """The text of a stored token array (its trailing EOS removed)."""
+    ids = tokens[:-1] if len(tokens) and tokens[-1] == lt.info.eos_id else tokens
+    return lt.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+
+
+def check_rows(rows: Sequence[dict], lt: LoadedTokenizer | None = None,
+               texts: dict[str, str] | None = None) -> list[dict]:
+    """Problems in stored rows: checksum or count mismatches, a missing final EOS, and, where `texts` gives the
+    source text of a doc_id, a decode that differs from it. Each problem names the doc_id."""
+    problems = []
+    for r in rows:
+        data = r["tokens"]
+        if tokens_checksum(data) != r["tokens_sha256"]:
+            problems.append({"doc_id": r["doc_id"], "problem": "checksum mismatch"})
+            continue
+        toks = tokens_from_bytes(data, r["token_dtype"])
+        if len(toks) != r["n_tokens"]:
+            problems.append({"doc_id": r["doc_id"], "problem": f"n_tokens {r['n_tokens']} != {len(toks)} stored"})
+        elif lt is not None and (not len(toks) or toks[-1] != lt.info.eos_id):
+            problems.append({"doc_id": r["doc_id"], "problem": "does not end with EOS"})
+        elif lt is not None and texts is not None and r["doc_id"] in texts \
+                and decode_document(lt, toks) != texts[r["doc_id"]]:
+            problems.append({"doc_id": r["doc_id"], "problem": "decoded tokens differ from the curated text"})
+    return problems
+
+
+def registered_domain_class(host: str | None) -> str | None:
+    """A coarse domain class for mixture labels: the top-level domain (e.g. 'org', 'de'), None without host."""
+    if not host or "." not in host:
+        return None
+    tld = host.rsplit(".", 1)[1].lower()
+    return tld if tld.isalpha() else None

@@ -1,0 +1,83 @@
+"""Pure tokenization helpers with the real tokenizers shipped in data/tokenizers/."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assets.tokenized.tokens import (
+    check_rows,
+    decode_document,
+    encode_documents,
+    load_tokenizer,
+    registered_domain_class,
+    token_dtype,
+    tokenizer_id,
+    tokens_checksum,
+)
+from resources import DEFAULT_TOKENIZERS
+
+GPT2 = load_tokenizer(DEFAULT_TOKENIZERS["gpt2"], "gpt2")
+CL100K = load_tokenizer(DEFAULT_TOKENIZERS["olmo2-cl100k"], "olmo2-cl100k")
+
+
+def test_tokenizer_facts():
+    assert (GPT2.info.vocab_size, GPT2.info.eos_id, GPT2.info.token_dtype) == (50257, 50256, "uint16")
+    assert (CL100K.info.vocab_size, CL100K.info.eos_id, CL100K.info.token_dtype) == (100278, 100257, "uint32")
+    assert GPT2.info.tokenizer_id != CL100K.info.tokenizer_id
+
+
+def test_id_is_the_canonical_json_hash():
+    raw = GPT2.json_text
+    reformatted = json.dumps(json.loads(raw), indent=4)  # same tokenizer, other formatting
+    assert tokenizer_id(reformatted) == tokenizer_id(raw) == GPT2.info.tokenizer_id
+    assert token_dtype(65536).itemsize == 2 and token_dtype(65537).itemsize == 4
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=200), min_size=1, max_size=5))
+def test_encode_appends_eos_and_round_trips(texts):
+    for lt in (GPT2, CL100K):
+        for text, tokens in zip(texts, encode_documents(lt, texts)):
+            assert tokens.dtype == lt.dtype and tokens[-1] == lt.info.eos_id
+            assert decode_document(lt, tokens) == text
+
+
+def test_special_token_strings_in_text_are_plain_text():
+    (tokens,) = encode_documents(GPT2, ["a page quoting <|endoftext|> in its text"])
+    assert list(tokens).count(GPT2.info.eos_id) == 1  # only the appended one
+
+
+def test_check_rows_names_the_bad_document():
+    arrays = encode_documents(GPT2, ["first document.", "second document."])
+    rows = [{"doc_id": f"d{i}", "tokens": a.tobytes(), "tokens_sha256": tokens_checksum(a.tobytes()),
+             "token_dtype": "uint16", "n_tokens": len(a)} for i, a in enumerate(arrays)]
+    texts = {"d0": "first document.", "d1": "second document."}
+    assert check_rows(rows, GPT2, texts) == []
+    bad = bytearray(rows[1]["tokens"])
+    bad[0] ^= 0xFF
+    rows[1] = {**rows[1], "tokens": bytes(bad)}
+    assert check_rows(rows, GPT2, texts) == [{"doc_id": "d1", "problem": "checksum mismatch"}]
+    # a consistent checksum over wrong tokens is caught by decoding
+    rows[1] = {**rows[1], "tokens_sha256": tokens_checksum(bytes(bad))}
+    assert check_rows(rows, GPT2, texts)[0]["doc_id"] == "d1"
+
+
+def test_missing_tokenizer_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a file"):
+        load_tokenizer(tmp_path / "nope.json", "x")
+
+
+@pytest.mark.parametrize("host,cls", [("en.wikipedia.org", "org"), ("www.bbc.co.uk", "uk"), (None, None),
+                                      ("localhost", None), ("127.0.0.1", None)])
+def test_domain_class(host, cls):
+    assert registered_domain_class(host) == cls
+
+
+def test_uint32_storage_for_large_vocabularies():
+    (tokens,) = encode_documents(CL100K, ["hello"])
+    assert np.frombuffer(tokens.tobytes(), "<u4")[-1] == 100257
