@@ -7,6 +7,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: CI machines are shared and slow; properties are about results, not speed.
+settings.register_profile("tokenlake", deadline=None)
+settings.load_profile("tokenlake")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CRAWL = REPO / "data" / "sample_crawl"

@@ -33,14 +33,23 @@ def tokenize(instance, name: str, keys=SAMPLE_KEYS):
     return results
 
 
-@pytest.fixture
-def pipeline(tokenlake_home, instance, reference_lm_file):
-    """The sample crawl through raw, curated, both dedups: what tokenization reads."""
-    materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS)
-    materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS, selection="curated/documents", lm_path=reference_lm_file)
-    materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS, selection="dedup/minhash_bands")
+def upstream(instance, lm: str, keys=SAMPLE_KEYS):
+    """Partitions of the sample crawl through raw, curated and both dedups: what tokenization reads."""
+    materialize_segments(instance, SAMPLE_CRAWL, keys)
+    materialize_segments(instance, SAMPLE_CRAWL, keys, selection="curated/documents", lm_path=lm)
+    materialize_segments(instance, SAMPLE_CRAWL, keys, selection="dedup/minhash_bands")
     materialize_assets(instance, "curated/exact_duplicates", "dedup/near_duplicates")
     return instance
+
+
+@pytest.fixture
+def pipeline(tokenlake_home, instance, reference_lm_file):
+    return upstream(instance, reference_lm_file)
+
+
+@pytest.fixture
+def one_partition(tokenlake_home, instance, reference_lm_file):
+    return upstream(instance, reference_lm_file, SAMPLE_KEYS[-1:])
 
 
 def kept_texts() -> dict[str, str]:
@@ -92,7 +101,8 @@ def test_tokens_round_trip_counts_and_a_second_tokenizer(pipeline):
     assert [r["tokenizer_json"] for r in tok_rows if r["name"] == "gpt2"] == [gpt2.json_text]
 
 
-def test_check_names_a_corrupted_document_in_a_copy_of_the_table(pipeline, tmp_path):
+def test_check_names_a_corrupted_document_in_a_copy_of_the_table(one_partition, tmp_path):
+    pipeline = one_partition
     tokenize(pipeline, "gpt2", keys=SAMPLE_KEYS[-1:])
     source = open_catalog()
     copy_cfg = CatalogConfig.embedded(tmp_path / "copy")
