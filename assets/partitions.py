@@ -1,4 +1,4 @@
-"""Partitions shared by the states: one per crawl segment (`<CRAWL>/<SEGMENT>`), one per tokenizer."""
+"""Partitions shared by the states: one per crawl segment (`<CRAWL>/<SEGMENT>`), per tokenizer, per benchmark."""
 
 import dagster as dg
 
@@ -8,3 +8,8 @@ crawl_segments = dg.DynamicPartitionsDefinition(name="crawl_segments")
 # One partition per named tokenizer (resource `tokenizer.paths`); tokenized data is tokenizer x segment.
 tokenizers = dg.DynamicPartitionsDefinition(name="tokenizers")
 tokenized_partitions = dg.MultiPartitionsDefinition({"tokenizer": tokenizers, "segment": crawl_segments})
+
+# One partition per benchmark of the evaluation quarantine; matches are benchmark x segment, so adding a
+# benchmark checks every segment already curated, and a new segment is checked against every benchmark.
+benchmarks = dg.DynamicPartitionsDefinition(name="benchmarks")
+quarantine_partitions = dg.MultiPartitionsDefinition({"benchmark": benchmarks, "segment": crawl_segments})

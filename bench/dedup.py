@@ -3,7 +3,7 @@ way, then clustering time and peak memory for a million documents' band hashes.
 
 1. Signatures/s per core on the same real documents: the Wikipedia excerpt in data/corpus and, when
    ../shared/data is present, the Python 3.11 reST documentation, both cut into ~500-word chunks.
-   - ours: `assets.dedup.minhash.signatures` (datasketch `update_batch`, BLAKE2b-32 shingle hash), in-process;
+   - ours: `assets.dedup.minhash.signatures` (shingle hashes vectorised in numpy, datasketch `bulk`), in-process;
    - datatrove 0.10.1 `MinhashDedupSignature` (5-grams, 14 buckets x 8 hashes, seed 1, its default 64-bit
      xxhash), in its own venv (bench/out/venvs/datatrove, the one bench/curate.py builds) on the same texts
      written to JSONL. The child times its parts (imports, JsonlReader, the step, the bare signature loop);
@@ -236,7 +236,7 @@ def print_speed(r: dict) -> tuple[float, float]:
     print(f"  signed: ours {r['ours_signed']:,}, datatrove {dt['signed_documents']:,}; {dt['versions']}, "
           f"{dt['config']}\n")
     rows = [
-        ("ours: signatures() (update_batch, BLAKE2b-32)", r["ours_cpu"], ours, r["shingles"]),
+        ("ours: signatures() (numpy shingle hashes, datasketch bulk)", r["ours_cpu"], ours, r["shingles"]),
         ("  of which shingling (normalise + 5-grams)", r["shingling_cpu"], per_core(n, r["shingling_cpu"]),
          r["shingles"]),
         ("datatrove: MinhashDedupSignature.run", dt["step_cpu_s"], step, dt["shingles"]),

@@ -326,9 +326,44 @@ TOKENIZED_DOCUMENTS = TableDef(
     partition_by=("tokenizer_id", "crawl", "segment"),
 )
 
+# Evaluation material as data: one row per benchmark item, partitioned by benchmark.
+QUARANTINE_EVAL_ITEMS = TableDef(
+    "quarantine",
+    "eval_items",
+    _fields(
+        (1, "benchmark", StringType(), True),
+        (2, "split", StringType(), True),
+        (3, "item_id", StringType(), True),
+        (4, "text", StringType(), True),  # built per benchmark from its fields (question, choices, answer, ...)
+        (5, "n_words", IntegerType(), True),
+    ),
+    partition_by=("benchmark",),
+)
+
+# Every kept curated document that contains (part of) an eval item: the document's decision is
+# `eval_contaminated`; run views exclude these documents.
+QUARANTINE_MATCHES = TableDef(
+    "quarantine",
+    "matches",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "benchmark", StringType(), True),
+        (5, "item_id", StringType(), True),
+        (6, "kind", StringType(), True),  # "ngram" (exact n-gram overlap) | "near" (MinHash over windows)
+        (7, "overlap_fraction", DoubleType(), True),  # share of the item's n-grams (ngram) or similarity (near)
+        (8, "char_start", LongType(), True),  # span in curated.documents.text
+        (9, "char_end", LongType(), True),
+        (10, "decision", StringType(), True),  # always "eval_contaminated"
+        (11, "deletion_key", StringType(), True),
+    ),
+    partition_by=("benchmark", "crawl", "segment"),
+)
+
 TABLES: dict[str, TableDef] = {
     t.identifier: t
     for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
               CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES,
-              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS)
+              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES)
 }

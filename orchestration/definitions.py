@@ -9,11 +9,18 @@ import dagster as dg
 
 from assets.curated import defs as curated_defs
 from assets.dedup import defs as dedup_defs
+from assets.quarantine import defs as quarantine_defs
 from assets.raw import defs as raw_defs
 from assets.tokenized import defs as tokenized_defs
 from orchestration.jobs import jobs
 from orchestration.sensors import sensors
-from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource, TokenizerResource
+from resources import (
+    EvalBenchmarksResource,
+    IcebergCatalogResource,
+    LanguageModelResource,
+    LocalCrawlSource,
+    TokenizerResource,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CRAWL = REPO_ROOT / "data" / "sample_crawl"
@@ -27,11 +34,13 @@ def resources() -> dict[str, dg.ConfigurableResource]:
         "crawl_source": LocalCrawlSource(root=os.environ.get("TOKENLAKE_CRAWL_ROOT", str(SAMPLE_CRAWL))),
         "lm": LanguageModelResource(model_path=os.environ.get("TOKENLAKE_LM_PATH", "")),
         "tokenizer": TokenizerResource(),
+        "benchmarks": EvalBenchmarksResource(),
     }
 
 
 defs = dg.Definitions(
-    assets=[*raw_defs.assets, *curated_defs.assets, *dedup_defs.assets, *tokenized_defs.assets],
+    assets=[*raw_defs.assets, *curated_defs.assets, *dedup_defs.assets, *tokenized_defs.assets,
+            *quarantine_defs.assets],
     asset_checks=[*curated_defs.asset_checks, *tokenized_defs.asset_checks],
     jobs=jobs,
     sensors=sensors,

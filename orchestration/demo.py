@@ -14,6 +14,7 @@ from collections import Counter
 import dagster as dg
 
 from iceberg_catalog import tokenlake_home
+from assets.quarantine.benchmarks import DEFAULT_SOURCES
 from orchestration.instance import prepare_dagster_home
 
 DEMO_TOKENIZER = "gpt2"
@@ -103,6 +104,18 @@ def report_tokenized(catalog) -> None:
     print(f"  tokenized.documents          snapshot {snap.snapshot_id if snap else None}")
 
 
+def report_quarantine(catalog) -> None:
+    items = catalog.load_table("quarantine.eval_items").scan(selected_fields=("benchmark",)).to_arrow()
+    found = catalog.load_table("quarantine.matches").scan(selected_fields=("benchmark", "doc_id")).to_arrow()
+    per_bench = Counter(items["benchmark"].to_pylist())
+    docs = {}
+    for b, d in zip(found["benchmark"].to_pylist(), found["doc_id"].to_pylist()):
+        docs.setdefault(b, set()).add(d)
+    print("\nquarantine: eval items per benchmark, kept documents that contain one")
+    for b, n in sorted(per_bench.items()):
+        print(f"  {b:<14} {n:>6} items   {len(docs.get(b, ())):>4} contaminated documents")
+
+
 def main() -> int:
     home = tokenlake_home()
     dagster_home = prepare_dagster_home()
@@ -122,11 +135,18 @@ def main() -> int:
         run_job(defs, instance, "register_tokenizer", DEMO_TOKENIZER)
         for key in keys:
             run_job(defs, instance, "tokenize", dg.MultiPartitionKey({"tokenizer": DEMO_TOKENIZER, "segment": key}))
+        names = [s.name for s in DEFAULT_SOURCES]
+        instance.add_dynamic_partitions("benchmarks", names)
+        for name in names:
+            run_job(defs, instance, "register_benchmark", name)
+            for key in keys:
+                run_job(defs, instance, "decontaminate", dg.MultiPartitionKey({"benchmark": name, "segment": key}))
         print(f"\n{len(keys)} partitions materialised: {', '.join(keys)}")
     catalog = defs.resources["catalog"].catalog()
     report(catalog)
     report_curated(catalog)
     report_tokenized(catalog)
+    report_quarantine(catalog)
     print("\nBrowse it: DAGSTER_HOME=" + str(dagster_home) + " .venv/bin/dagster dev -w workspace.yaml")
     return 0
 

@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES, LANGID_VALIDATION, REFERENCE_LM
 from assets.dedup.defs import MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES
+from assets.quarantine.defs import EVAL_ITEMS, MATCHES
 from assets.tokenized.defs import TOKENIZED_DOCUMENTS, TOKENIZERS
 
 raw_ingest_job = dg.define_asset_job(
@@ -54,5 +55,17 @@ tokenize_job = dg.define_asset_job(
     description="Tokenize one (tokenizer, crawl segment) partition of kept documents, then check checksums.",
 )
 
+register_benchmark_job = dg.define_asset_job(
+    "register_benchmark",
+    selection=dg.AssetSelection.assets(EVAL_ITEMS),
+    description="Read one benchmark (a `benchmarks` partition) into quarantine.eval_items.",
+)
+
+decontaminate_job = dg.define_asset_job(
+    "decontaminate",
+    selection=dg.AssetSelection.assets(MATCHES),
+    description="Match one segment's kept documents against one benchmark's items (benchmark x segment).",
+)
+
 jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job, minhash_job, near_dedup_job,
-        register_tokenizer_job, tokenize_job]
+        register_tokenizer_job, tokenize_job, register_benchmark_job, decontaminate_job]

@@ -59,9 +59,9 @@ class MinHashConfig(dg.Config):
 @dg.multi_asset(
     name="dedup_minhash",
     specs=[
-        dg.AssetSpec(MINHASH_BANDS, deps=[DOCUMENTS], code_version="minhash-1", kinds={"iceberg"}, group_name="dedup",
+        dg.AssetSpec(MINHASH_BANDS, deps=[DOCUMENTS], code_version="minhash-2", kinds={"iceberg"}, group_name="dedup",
                      description="LSH band hashes of every kept document (curated.minhash_bands)."),
-        dg.AssetSpec(MINHASH_SIGNATURES, deps=[DOCUMENTS], code_version="minhash-1", kinds={"iceberg"},
+        dg.AssetSpec(MINHASH_SIGNATURES, deps=[DOCUMENTS], code_version="minhash-2", kinds={"iceberg"},
                      group_name="dedup", description="MinHash signatures, read to verify candidate pairs "
                                                      "(curated.minhash_signatures)."),
     ],

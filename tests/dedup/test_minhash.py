@@ -28,6 +28,7 @@ from assets.dedup.minhash import (
     match_probability,
     normalise_for_minhash,
     shingle_hash32,
+    shingle_hashes,
     shingles,
     signature,
     signature_from_bytes,
@@ -42,8 +43,9 @@ ALBEDO = ("The Albedo of a surface is the fraction of incident sunlight that the
           "has an albedo of about 0.9; the oceans, about 0.06.")
 # sha256 of signature_to_bytes(signature(ALBEDO)) with the default params. If this changes, every stored
 # signature and band hash changes with it: a new datasketch scheme, hash function or normalisation needs a
-# rebuild of curated.minhash_bands, not just a new constant here.
-ALBEDO_SIGNATURE_SHA256 = "1d1941663d800835ec64b69fddbc0f25686d573abeb94880a4a820b21576a15f"
+# rebuild of curated.minhash_bands, not just a new constant here. (Last changed by the word-hash shingle
+# hashing, which replaced BLAKE2b-32 of each shingle.)
+ALBEDO_SIGNATURE_SHA256 = "d7205f01d18da919f3468d40b455d0968fd18471346b12f75dc77271b646c521"
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
 
@@ -65,6 +67,9 @@ def test_params_defaults_are_finewebs():
         ("ﬁne ＦＵＬＬ x²", "fine full x0"),  # NFKD: ligature, full-width letters, superscript digit
         ("Привет, мир! 中文，字符", "привет мир 中文 字符"),  # other scripts are kept, only punctuation goes
         ("  \n ", ""),
+        # a full-width apostrophe is NFKD "'" and dropped too; no-break space and em dash separate words
+        ("it\uff07s  l\u2019homme  a\u00a0\u2014\u00a0b", "its lhomme a b"),
+        ("x" + "\u0416" * 40 + "1\u0663\u00bd", "x" + "\u0436" * 40 + "0 0"),  # long run, Arabic-Indic digit
     ],
 )
 def test_normalisation(raw, normalised):
@@ -109,6 +114,55 @@ def test_signature_ignores_case_punctuation_and_spacing():
 
 def test_signature_is_pinned():
     assert hashlib.sha256(signature_to_bytes(signature(ALBEDO))).hexdigest() == ALBEDO_SIGNATURE_SHA256
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts)
+def test_signature_of_a_text_equals_that_of_its_shingles(text):
+    # signatures() hashes whole documents word by word; signature_of_shingles() hashes given shingles: the same
+    # shingles must give the same values.
+    sh = shingles(text)
+    assert np.array_equal(signature(text), signature_of_shingles(sh))
+    assert np.array_equal(shingle_hashes(sh), [shingle_hash32(s) for s in sh])
+
+
+def test_signatures_of_many_chunks_equal_one_by_one():
+    # signatures() hashes ~256 KB of text at a time; documents on both sides of a chunk boundary, and short and
+    # empty ones between them, must not see each other.
+    wiki = [json.loads(line)["text"] for line in
+            (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()]
+    docs = [w for _ in range(1 + (1 << 19) // sum(map(len, wiki))) for w in wiki + ["", "two words", "!"]]
+    docs += [ALBEDO, "x"]
+    batch = signatures(docs)
+    assert sum(map(len, docs)) > 1 << 19  # two chunks at least
+    edges = [0, 1, len(wiki), len(wiki) + 1, len(wiki) + 2, len(docs) - 2, len(docs) - 1]
+    for k in edges + list(range(3, len(docs), 37)):
+        assert np.array_equal(batch[k], signature_of_shingles(shingles(docs[k]))), k
+
+
+def test_shingle_hashes_of_odd_bytes():
+    # Any bytes are a valid shingle: empty words, NUL bytes, invalid UTF-8, many words. Length and word count
+    # are hashed too, so leading zero bytes or an extra space change the value.
+    odd = [b"", b" ", b"a", b"\x00a", b"a ", b" a", b"a b", b"a  b", b"\xff\xfe", b"a b c d e f g h i j"]
+    values = shingle_hashes(odd)
+    assert values.dtype == np.uint32 and len(set(values.tolist())) == len(odd)
+    assert values.tolist() == [shingle_hash32(s) for s in odd]
+    assert shingle_hashes([]).shape == (0,)
+
+
+def test_shingle_hashes_spread_like_random_32_bit_values():
+    # The distinct 5-grams of real text: 32-bit collisions about as many as the birthday bound predicts, and
+    # every bit set in about half of the values.
+    wiki = [json.loads(line)["text"] for line in
+            (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()]
+    distinct = sorted({s for w in wiki for s in shingles(w)} | {s for w in wiki for s in shingles(w, 2)})
+    values = shingle_hashes(distinct)
+    n = len(distinct)
+    expected = n * (n - 1) / 2 / 2**32
+    assert n > 5000
+    assert n - len(np.unique(values)) <= expected + 4 * expected**0.5 + 3
+    bits = (values[:, None] >> np.arange(32, dtype=np.uint32)) & 1
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 4 * 0.5 / n**0.5)
 
 
 def test_signature_equals_datasketch_one_update_at_a_time():

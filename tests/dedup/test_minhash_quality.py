@@ -76,7 +76,7 @@ def test_targets_hold_outside_the_grey_zone(quality):
     assert m["precision_outside_grey"] >= 0.95, format_report(quality)
     assert m["recall_outside_grey"] >= 0.9, format_report(quality)
     # Predicted duplicates far from the threshold are rare: a pair at s = 0.7 estimates >= 0.8 with probability
-    # ~1% (seeds 1-6: 0 to 2 of ~800 predicted pairs lie below 0.7).
+    # ~1% (seeds 1-6: 0 to 5 of ~820 predicted pairs lie below 0.7).
     assert m["fp"] - m["fp_near_miss"] <= 0.01 * (m["tp"] + m["fp"]), format_report(quality)
 
 
