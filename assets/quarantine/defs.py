@@ -82,8 +82,7 @@ def matches(context: dg.AssetExecutionContext, config: MatchConfig,
             catalog: IcebergCatalogResource) -> dg.MaterializeResult:
     keys = context.partition_key.keys_by_dimension
     bench, ref = keys["benchmark"], parse_partition_key(keys["segment"])
-    upstream = {t: (s.snapshot_id if (s := catalog.table(t).current_snapshot()) else None)
-                for t in ("quarantine.eval_items", "curated.documents")}
+    upstream = catalog.snapshot_ids(("quarantine.eval_items", "curated.documents"))
     items = catalog.table("quarantine.eval_items").scan(
         row_filter=EqualTo("benchmark", bench), selected_fields=("item_id", "text"),
         snapshot_id=upstream["quarantine.eval_items"]).to_arrow() if upstream["quarantine.eval_items"] else None

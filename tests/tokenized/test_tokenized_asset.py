@@ -82,6 +82,8 @@ def test_tokens_round_trip_counts_and_a_second_tokenizer(pipeline):
     assert md["tokenizer_id"].value == gpt2.info.tokenizer_id
     checks = [e for r in results for e in r.get_asset_check_evaluations()]
     assert checks and all(c.passed for c in checks)
+    # in a tokenize run the check reads only the partition just written
+    assert [c.metadata["scope"].value for c in checks] == [f"gpt2 x {k}" for k in SAMPLE_KEYS]
 
     # a second tokenizer: new rows under a new id; the first tokenizer's rows and snapshot stay readable
     snap_gpt2 = table.current_snapshot().snapshot_id
