@@ -11,7 +11,7 @@ from pyiceberg.expressions import And, EqualTo
 
 from assets.curated.defs import DOCUMENTS
 from assets.lakehouse import md_table, provenance
-from assets.partitions import benchmarks, quarantine_partitions
+from assets.partitions import benchmarks, dimension_dep, quarantine_partitions
 from assets.quarantine.benchmarks import DEFAULT_SOURCES, BenchmarkSource, read_benchmark
 from assets.quarantine.near_match import DEFAULT_THRESHOLD as NEAR_THRESHOLD
 from assets.quarantine.near_match import NearMatchIndex, find_matches
@@ -68,8 +68,8 @@ class MatchConfig(dg.Config):
     key=MATCHES,
     partitions_def=quarantine_partitions,
     deps=[
-        dg.AssetDep(EVAL_ITEMS, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("benchmark")),
-        dg.AssetDep(DOCUMENTS, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("segment")),
+        dimension_dep(EVAL_ITEMS, "benchmark"),
+        dimension_dep(DOCUMENTS, "segment"),
     ],
     group_name="quarantine",
     code_version="matches-1",

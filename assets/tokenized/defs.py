@@ -13,7 +13,7 @@ from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, EqualTo, In, IsN
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
 from assets.dedup.defs import NEAR_DUPLICATES
 from assets.lakehouse import md_table, provenance
-from assets.partitions import tokenized_partitions, tokenizers
+from assets.partitions import dimension_dep, tokenized_partitions, tokenizers
 from assets.tokenized.tokens import (
     check_rows,
     encode_documents,
@@ -69,8 +69,8 @@ def _excluded(catalog: IcebergCatalogResource, crawl: str, segment: str) -> set[
     key=TOKENIZED_DOCUMENTS,
     partitions_def=tokenized_partitions,
     deps=[
-        dg.AssetDep(DOCUMENTS, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("segment")),
-        dg.AssetDep(TOKENIZERS, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("tokenizer")),
+        dimension_dep(DOCUMENTS, "segment"),
+        dimension_dep(TOKENIZERS, "tokenizer"),
         EXACT_DUPLICATES,
         NEAR_DUPLICATES,
     ],
