@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import WARC_GLOB, BenchFailure, warc_paths  # noqa: E402
+from bench.common import WARC_GLOB, BenchFailure, run_reported, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
@@ -350,15 +350,7 @@ def main() -> int:
         print(f"bench/curate.py: no crawl at {crawl} (expected {WARC_GLOB}); pass --crawl", file=sys.stderr)
         return 2
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tokenlake-bench-curate-") as tmp:
-        try:
-            return run_bench(crawl, Path(tmp), args)
-        except BenchFailure as exc:
-            print(f"\nFAILED: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            print(f"\n(bench took {time.perf_counter() - started:.0f} s)")
+    return run_reported("curate", lambda work: run_bench(crawl, work, args))
 
 
 def run_bench(crawl: Path, work: Path, args) -> int:

@@ -42,7 +42,6 @@ import resource
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import run_reported  # noqa: E402
 from bench.curate import DT_VENV, BenchFailure, clean_env, ensure_datatrove_venv  # noqa: E402
 
 WIKI = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -499,15 +499,7 @@ def main() -> int:
         print(json.dumps(fn(args)))
         return 0
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tokenlake-bench-dedup-") as tmp:
-        try:
-            return run_bench(args, Path(tmp))
-        except BenchFailure as exc:
-            print(f"\nFAILED: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            print(f"\n(bench took {time.perf_counter() - started:.0f} s)")
+    return run_reported("dedup", lambda work: run_bench(args, work))
 
 
 def run_bench(args, work: Path) -> int:

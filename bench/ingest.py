@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import WARC_GLOB, BenchFailure, vm_hwm_kib, warc_paths  # noqa: E402
+from bench.common import WARC_GLOB, BenchFailure, run_reported, vm_hwm_kib, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 MAX_FLAT_RATIO = 1.25  # RSS 10x / RSS 1x above this with a small batch means memory grows with the input
@@ -188,16 +188,7 @@ def main() -> int:
         child_main(args.child, crawl, args.home, args.batch_bytes)
         return 0
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tokenlake-bench-ingest-") as tmp:
-        work = Path(tmp)
-        try:
-            return run_bench(crawl, work, args)
-        except BenchFailure as exc:
-            print(f"\nFAILED: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            print(f"\n(bench took {time.perf_counter() - started:.0f} s)")
+    return run_reported("ingest", lambda work: run_bench(crawl, work, args))
 
 
 def run_bench(crawl: Path, work: Path, args) -> int:

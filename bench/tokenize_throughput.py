@@ -57,7 +57,7 @@ import warnings  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchFailure, vm_hwm_kib  # noqa: E402
+from bench.common import BenchFailure, run_reported, vm_hwm_kib  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 TOKENIZER_NAME = "gpt2"
@@ -484,20 +484,7 @@ def main() -> int:
     if args.repeats < 1 or args.pages < 1 or args.scale < 2 or args.paragraphs < 1:
         parser.error("--repeats, --pages and --paragraphs must be >= 1, --scale >= 2")
 
-    warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, on import of the defs
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tokenlake-bench-tokenize-") as tmp:
-        try:
-            return run_bench(args, Path(tmp))
-        except FileNotFoundError as exc:
-            print(f"\nMISSING INPUT: {exc}", file=sys.stderr)
-            return 2
-        except BenchFailure as exc:
-            print(f"\nFAILED: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            print(f"\n(bench took {time.perf_counter() - started:.0f} s)")
-            shutil.rmtree(tmp, ignore_errors=True)
+    return run_reported("tokenize", lambda work: run_bench(args, work), missing_input_exit=2)
 
 
 if __name__ == "__main__":
