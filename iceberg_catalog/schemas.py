@@ -361,9 +361,60 @@ QUARANTINE_MATCHES = TableDef(
     partition_by=("benchmark", "crawl", "segment"),
 )
 
+# One row per run view. The frozen part (everything hashed into manifest_sha256, kept in manifest_json) never
+# changes; status moves candidate -> published | rejected, published -> superseded, each move one commit
+# that rewrites only this view's partition, so the table's snapshot history is the audit log.
+RUN_VIEW_MANIFESTS = TableDef(
+    "run_view",
+    "manifests",
+    _fields(
+        (1, "run_view_id", StringType(), True),  # <name>-<manifest_sha256[:12]>
+        (2, "name", StringType(), True),
+        (3, "status", StringType(), True),  # candidate | published | rejected | superseded
+        (4, "manifest_sha256", StringType(), True),
+        (5, "manifest_json", StringType(), True),  # canonical JSON (sorted keys), the bytes hashed
+        (6, "tokenizer_id", StringType(), True),
+        (7, "seed", LongType(), True),
+        (8, "n_samples", LongType(), True),
+        (9, "n_tokens", LongType(), True),
+        (10, "created_at", TimestamptzType(), True),
+        (11, "created_by_run_id", StringType(), True),
+        (12, "reviewer", StringType(), False),
+        (13, "decided_at", TimestamptzType(), False),
+        (14, "decision_comment", StringType(), False),
+        (15, "decided_by_run_id", StringType(), False),
+        (16, "superseded_by_request", StringType(), False),  # governance.deletion_requests.request_id
+        (17, "supersedes", StringType(), False),  # the run view this candidate replaces (deletion rebuilds)
+    ),
+    partition_by=("run_view_id",),
+)
+
+# The selected documents of a run view in its canonical order (sample_index 0..n-1): a document appears once
+# per repetition. Tokens are not copied: the loader reads them from tokenized.documents at the pinned snapshot.
+RUN_VIEW_SAMPLES = TableDef(
+    "run_view",
+    "samples",
+    _fields(
+        (1, "run_view_id", StringType(), True),
+        (2, "sample_index", LongType(), True),
+        (3, "doc_id", StringType(), True),
+        (4, "record_id", StringType(), True),
+        (5, "deletion_key", StringType(), True),
+        (6, "tokenizer_id", StringType(), True),
+        (7, "crawl", StringType(), True),
+        (8, "segment", StringType(), True),
+        (9, "component", StringType(), True),
+        (10, "repetition", IntegerType(), True),
+        (11, "n_tokens", IntegerType(), True),
+        (12, "tokens_sha256", StringType(), True),
+    ),
+    partition_by=("run_view_id",),
+)
+
 TABLES: dict[str, TableDef] = {
     t.identifier: t
     for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
               CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES,
-              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES)
+              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES,
+              RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES)
 }

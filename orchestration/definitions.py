@@ -11,6 +11,7 @@ from assets.curated import defs as curated_defs
 from assets.dedup import defs as dedup_defs
 from assets.quarantine import defs as quarantine_defs
 from assets.raw import defs as raw_defs
+from assets.run_view import defs as run_view_defs
 from assets.tokenized import defs as tokenized_defs
 from orchestration.jobs import jobs
 from orchestration.sensors import sensors
@@ -40,9 +41,9 @@ def resources() -> dict[str, dg.ConfigurableResource]:
 
 defs = dg.Definitions(
     assets=[*raw_defs.assets, *curated_defs.assets, *dedup_defs.assets, *tokenized_defs.assets,
-            *quarantine_defs.assets],
-    asset_checks=[*curated_defs.asset_checks, *tokenized_defs.asset_checks],
-    jobs=jobs,
+            *quarantine_defs.assets, *run_view_defs.assets],
+    asset_checks=[*curated_defs.asset_checks, *tokenized_defs.asset_checks, *run_view_defs.asset_checks],
+    jobs=[*jobs, *run_view_defs.jobs],
     sensors=sensors,
     resources=resources(),
 )

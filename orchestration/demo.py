@@ -36,13 +36,16 @@ def run_sensor_and_ingest(defs: dg.Definitions, instance: dg.DagsterInstance) ->
     return keys
 
 
-def run_job(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None) -> None:
+def run_job(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None,
+            run_config=None) -> dg.ExecuteInProcessResult:
     """Execute one job in-process on the instance (the run shows up in the UI's run history)."""
     print(f"running {name}" + (f" for {partition_key}" if partition_key else "") + " ...", flush=True)
     res = defs.resolve_job_def(name).execute_in_process(instance=instance, partition_key=partition_key,
-                                                        tags={"tokenlake/source": "make demo"})
+                                                        run_config=run_config, tags={"tokenlake/source": "make demo"},
+                                                        raise_on_error=False)
     if not res.success:
         raise SystemExit(f"{name} {partition_key or ''} failed; see run {res.run_id} in the Dagster UI")
+    return res
 
 
 def report(catalog) -> None:
@@ -116,6 +119,45 @@ def report_quarantine(catalog) -> None:
         print(f"  {b:<14} {n:>6} items   {len(docs.get(b, ())):>4} contaminated documents")
 
 
+# The demo's run view: a token-weighted mixture of perplexity buckets (the sample crawl keeps only a few
+# dozen English documents, so the mixture is small; the shape is what a real run view config looks like).
+DEMO_RUN_VIEW = {"ops": {"run_view__candidate": {"config": {
+    "name": "demo",
+    "tokenizer": DEMO_TOKENIZER,
+    "components": [
+        {"name": "head_middle", "weight": 0.7, "filters": {"ppl_bucket": ["head", "middle"]}, "max_repetitions": 1},
+        {"name": "tail", "weight": 0.3, "filters": {"ppl_bucket": ["tail"]}, "max_repetitions": 2},
+    ],
+    "seed": 1234,
+    "seq_len": 2048,
+    "cross_document_attention": "masked",
+}}}}
+
+
+def report_run_view(catalog, result: dg.ExecuteInProcessResult, checks: dict[str, bool]) -> None:
+    """The candidate: mixture requested vs realised, its checks, and how to approve it."""
+    from assets.run_view.store import load_manifest
+
+    mat = result.asset_materializations_for_node("run_view__candidate")[0]
+    rv_id, sha = mat.metadata["run_view_id"].value, mat.metadata["manifest_sha256"].value
+    row = load_manifest(catalog, rv_id)
+    m = row["manifest"]
+    print(f"\nrun view candidate {rv_id} ({row['status']}): {m['samples']['n_samples']} samples of "
+          f"{m['samples']['n_documents']} documents, {m['samples']['n_tokens']:,} tokens")
+    print(f"  {'component':<14} {'requested':>10} {'realised':>10} {'doc share':>10} {'tokens':>9}")
+    for r in m["realised"]:
+        print(f"  {r['component']:<14} {r['requested_share']:>10.1%} {r['token_share']:>10.1%} "
+              f"{r['document_share']:>10.1%} {r['tokens']:>9,}")
+    print("  excluded: " + ", ".join(f"{k} {v}" for k, v in m["exclusions"].items()))
+    print("  checks: " + ", ".join(f"{k} {'passed' if v else 'FAILED'}" for k, v in sorted(checks.items())))
+    print(f"  manifest_sha256 {sha}")
+    print("\nTo publish it, a reviewer either launches the job publish_run_view in the Dagster UI (Launchpad) with")
+    print(f"    ops: {{decide_run_view: {{config: {{run_view_id: {rv_id}, manifest_sha256: {sha},")
+    print("                                  reviewer: <your name>, decision: approve, comment: ''}}}")
+    print("or runs")
+    print(f"    .venv/bin/tokenlake runview approve {rv_id} --sha256 {sha} --reviewer <your name>")
+
+
 def main() -> int:
     home = tokenlake_home()
     dagster_home = prepare_dagster_home()
@@ -141,12 +183,15 @@ def main() -> int:
             run_job(defs, instance, "register_benchmark", name)
             for key in keys:
                 run_job(defs, instance, "decontaminate", dg.MultiPartitionKey({"benchmark": name, "segment": key}))
+        candidate = run_job(defs, instance, "run_view_candidate", run_config=DEMO_RUN_VIEW)
+        checks = {e.check_name: e.passed for e in candidate.get_asset_check_evaluations()}
         print(f"\n{len(keys)} partitions materialised: {', '.join(keys)}")
     catalog = defs.resources["catalog"].catalog()
     report(catalog)
     report_curated(catalog)
     report_tokenized(catalog)
     report_quarantine(catalog)
+    report_run_view(catalog, candidate, checks)
     print("\nBrowse it: DAGSTER_HOME=" + str(dagster_home) + " .venv/bin/dagster dev -w workspace.yaml")
     return 0
 

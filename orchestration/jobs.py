@@ -5,6 +5,7 @@ import dagster as dg
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES, LANGID_VALIDATION, REFERENCE_LM
 from assets.dedup.defs import MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES
 from assets.quarantine.defs import EVAL_ITEMS, MATCHES
+from assets.run_view.defs import CANDIDATE
 from assets.tokenized.defs import TOKENIZED_DOCUMENTS, TOKENIZERS
 
 raw_ingest_job = dg.define_asset_job(
@@ -67,5 +68,13 @@ decontaminate_job = dg.define_asset_job(
     description="Match one segment's kept documents against one benchmark's items (benchmark x segment).",
 )
 
+run_view_candidate_job = dg.define_asset_job(
+    "run_view_candidate",
+    selection=dg.AssetSelection.assets(CANDIDATE),
+    description="Build a run view candidate from its config (mixture, seed, packing) and run its blocking checks; "
+                "then a reviewer publishes it with the publish_run_view job.",
+)
+
 jobs = [raw_ingest_job, curate_models_job, curate_job, exact_dedup_job, minhash_job, near_dedup_job,
-        register_tokenizer_job, tokenize_job, register_benchmark_job, decontaminate_job]
+        register_tokenizer_job, tokenize_job, register_benchmark_job, decontaminate_job,
+        run_view_candidate_job]

@@ -21,7 +21,7 @@ from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, bu
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import RAW_COLUMNS, CurateParams, curate_records, exact_duplicate_rows, funnel, is_html
 from assets.curated.perplexity import buckets_by_language
-from assets.curated.plots import histogram_markdown
+from assets.plots import histogram_markdown
 from assets.curated.quality import QualityThresholds
 from assets.lakehouse import md_table, provenance
 from assets.partitions import crawl_segments

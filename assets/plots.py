@@ -13,10 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 
 _BAR = (79, 107, 237)
+_BAR2 = (237, 140, 79)
 _AXIS = (90, 90, 90)
 
 
-def _png(rgb: np.ndarray) -> bytes:
+def encode_png(rgb: np.ndarray) -> bytes:
     """Encode an (h, w, 3) uint8 image as PNG."""
     h, w, _ = rgb.shape
     raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
@@ -51,7 +52,7 @@ def histogram_png(counts: np.ndarray, width: int = 360, height: int = 120) -> by
             x0 = 2 + i * bar_w
             img[height - 2 - bar_h : height - 2, x0 : x0 + max(bar_w - 1, 1)] = _BAR
     img[height - 2, :] = _AXIS
-    return _png(img)
+    return encode_png(img)
 
 
 def histogram_markdown(values: Sequence[float], title: str, unit: str = "perplexity") -> str:
@@ -60,3 +61,27 @@ def histogram_markdown(values: Sequence[float], title: str, unit: str = "perplex
     png = histogram_png(counts)
     return (f"**{title}** ({int(counts.sum())} documents; x: log10 {unit} from {edges[0]:.2f} to {edges[-1]:.2f})\n\n"
             f"![{unit} histogram](data:image/png;base64,{base64.b64encode(png).decode('ascii')})")
+
+
+def paired_bars_png(pairs: Sequence[tuple[float, float]], width: int = 360, height: int = 120) -> bytes:
+    """Side-by-side bars per group: the first value blue, the second orange, on a common scale."""
+    img = np.full((height, width, 3), 255, np.uint8)
+    peak = max([max(a, b) for a, b in pairs] + [1e-12])
+    group_w = max((width - 4) // max(len(pairs), 1), 4)
+    bar_w = max(group_w // 3, 1)
+    for i, values in enumerate(pairs):
+        for j, (v, colour) in enumerate(zip(values, (_BAR, _BAR2))):
+            bar_h = int(round((height - 6) * v / peak))
+            if bar_h:
+                x0 = 2 + i * group_w + j * bar_w + bar_w // 2
+                img[height - 2 - bar_h : height - 2, x0 : x0 + max(bar_w - 1, 1)] = colour
+    img[height - 2, :] = _AXIS
+    return encode_png(img)
+
+
+def paired_bars_markdown(labels: Sequence[str], first: Sequence[float], second: Sequence[float], title: str,
+                         names: tuple[str, str] = ("requested", "realised")) -> str:
+    """Markdown: a title naming the groups in order, and the PNG of paired bars."""
+    png = paired_bars_png(list(zip(first, second)))
+    return (f"**{title}** (left to right: {', '.join(labels)}; blue {names[0]}, orange {names[1]})\n\n"
+            f"![{title}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})")

@@ -1,0 +1,167 @@
+"""Mixture selection: which tokenized documents a run view holds, how often, and in which canonical order.
+
+Pure functions over plain values. A component is a filter over the mixture label columns of
+`tokenized.documents`; its weight is a share of **tokens** (not documents). A document belongs to the first
+component whose filter it matches, so components never share a document.
+
+Budget: with `token_budget=None` the view is as large as the mixture allows: the component whose pool runs
+out first (pool tokens x max_repetitions / weight) fixes the total, takes every repetition of its pool, and
+every other component takes its share. Within a component, full passes over the pool come first (repetition
+0, 1, ...), then a partial pass: documents in seeded order, each added if it still fits the remaining
+target (first fit), so the realised share lands within a fraction of a small document of the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Columns of tokenized.documents a component may filter on (the mixture labels and the partition columns).
+FILTER_COLUMNS = ("language", "ppl_bucket", "host", "domain_class", "crawl", "segment")
+
+
+class MixtureError(ValueError):
+    """A mixture that cannot be realised (unknown column, empty pool, budget beyond the pools)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One mixture component: `filters` maps a label column to its allowed values (all must match)."""
+
+    name: str
+    weight: float
+    filters: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    max_repetitions: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise MixtureError("a component needs a name")
+        if not (self.weight > 0 and math.isfinite(self.weight)):
+            raise MixtureError(f"component {self.name!r}: weight must be > 0, got {self.weight!r}")
+        if self.max_repetitions < 1:
+            raise MixtureError(f"component {self.name!r}: max_repetitions must be >= 1, got {self.max_repetitions!r}")
+        bad = sorted(set(self.filters) - set(FILTER_COLUMNS))
+        if bad:
+            raise MixtureError(f"component {self.name!r}: cannot filter on {bad}; allowed: {list(FILTER_COLUMNS)}")
+
+    def matches(self, doc: Mapping[str, object]) -> bool:
+        return all(doc.get(col) in set(values) for col, values in self.filters.items())
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "weight": self.weight, "max_repetitions": self.max_repetitions,
+                "filters": {k: sorted(v) for k, v in sorted(self.filters.items())}}
+
+
+@dataclass(frozen=True)
+class Sample:
+    doc_id: str
+    component: str
+    repetition: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class Realised:
+    """Requested against realised shares of one component (both token and document shares)."""
+
+    component: str
+    requested_share: float
+    token_share: float
+    document_share: float
+    documents: int
+    tokens: int
+    pool_documents: int
+    pool_tokens: int
+    repetitions: int  # passes started over the pool (a partial last pass counts)
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def seeded_key(seed: int, doc_id: str, repetition: int = 0) -> bytes:
+    """The sort key of a document in seeded order: the same on every machine, independent of input order."""
+    return hashlib.sha256(f"{seed}:{repetition}:{doc_id}".encode()).digest()
+
+
+def assign_components(docs: Sequence[Mapping[str, object]], components: Sequence[Component]) -> dict[str, list]:
+    """Pools: each document goes to the first component it matches; unmatched documents are left out."""
+    names = [c.name for c in components]
+    if len(set(names)) != len(names):
+        raise MixtureError(f"component names must be unique, got {names}")
+    pools: dict[str, list] = {c.name: [] for c in components}
+    for doc in docs:
+        for c in components:
+            if c.matches(doc):
+                pools[c.name].append(doc)
+                break
+    return pools
+
+
+def feasible_budget(pool_tokens: Mapping[str, int], components: Sequence[Component]) -> int:
+    """The largest token total every component can serve at its weight within its repetitions."""
+    total_weight = sum(c.weight for c in components)
+    return int(min(pool_tokens[c.name] * c.max_repetitions * total_weight / c.weight for c in components))
+
+
+def select(docs: Sequence[Mapping[str, object]], components: Sequence[Component], seed: int,
+           token_budget: int | None = None) -> tuple[list[Sample], list[Realised]]:
+    """The samples of a run view (in canonical order) and the realised mixture per component.
+
+    `docs` need `doc_id`, `n_tokens` and the filter columns."""
+    if not components:
+        raise MixtureError("a run view needs at least one mixture component")
+    pools = assign_components(docs, components)
+    for c in components:
+        if not pools[c.name]:
+            raise MixtureError(f"component {c.name!r} matches no eligible document (filters {c.as_dict()['filters']})")
+    pool_tokens = {name: sum(int(d["n_tokens"]) for d in pool) for name, pool in pools.items()}
+    limit = feasible_budget(pool_tokens, components)
+    if token_budget is not None:
+        if token_budget <= 0:
+            raise MixtureError(f"token_budget must be > 0 or null for 'as much as the mixture allows', got {token_budget}")
+        if token_budget > limit:
+            raise MixtureError(f"token_budget {token_budget:,} exceeds what the pools can serve at these weights and "
+                               f"max_repetitions: at most {limit:,} tokens")
+    budget = token_budget if token_budget is not None else limit
+    total_weight = sum(c.weight for c in components)
+    samples: list[Sample] = []
+    realised: list[Realised] = []
+    for c in components:
+        target = budget * c.weight / total_weight
+        chosen = _fill(pools[c.name], c, seed, target)
+        samples += chosen
+        realised.append(Realised(
+            component=c.name, requested_share=c.weight / total_weight, token_share=0.0, document_share=0.0,
+            documents=len(chosen), tokens=sum(s.n_tokens for s in chosen), pool_documents=len(pools[c.name]),
+            pool_tokens=pool_tokens[c.name], repetitions=1 + max((s.repetition for s in chosen), default=-1)))
+    total_tokens = sum(r.tokens for r in realised) or 1
+    total_docs = sum(r.documents for r in realised) or 1
+    realised = [Realised(**{**r.__dict__, "token_share": r.tokens / total_tokens,
+                            "document_share": r.documents / total_docs}) for r in realised]
+    samples.sort(key=lambda s: seeded_key(seed, s.doc_id, s.repetition))
+    return samples, realised
+
+
+def _fill(pool: Sequence[Mapping[str, object]], c: Component, seed: int, target: float) -> list[Sample]:
+    """Full passes over the pool while they fit, then a first-fit partial pass in seeded order."""
+    pool_tokens = sum(int(d["n_tokens"]) for d in pool)
+    # half a token of slack: the budget is an integer, so the binding component's target can fall a
+    # fraction of a token short of its full passes
+    full = min(int((target + 0.5) // pool_tokens), c.max_repetitions)
+    chosen = [Sample(str(d["doc_id"]), c.name, rep, int(d["n_tokens"])) for rep in range(full) for d in pool]
+    remaining = target - full * pool_tokens + 0.5
+    if full < c.max_repetitions and remaining > 0:
+        for d in sorted(pool, key=lambda d: seeded_key(seed, str(d["doc_id"]), full)):
+            n = int(d["n_tokens"])
+            if n <= remaining:
+                chosen.append(Sample(str(d["doc_id"]), c.name, full, n))
+                remaining -= n
+    return chosen
+
+
+def within_tolerance(realised: Sequence[Realised], tolerance: float) -> list[str]:
+    """Components whose realised token share is further than `tolerance` (a fraction) from the request."""
+    return [f"{r.component}: requested {r.requested_share:.2%}, realised {r.token_share:.2%}"
+            for r in realised if abs(r.token_share - r.requested_share) > tolerance + 1e-12]
