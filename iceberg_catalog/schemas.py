@@ -361,6 +361,27 @@ QUARANTINE_MATCHES = TableDef(
     partition_by=("benchmark", "crawl", "segment"),
 )
 
+# One row per (benchmark, segment) screening: which documents were checked against which eval items (their
+# snapshots), when, with what result. Run views read coverage from here, as data: snapshot history is not
+# kept forever (erasure expires it).
+QUARANTINE_SCREENINGS = TableDef(
+    "quarantine",
+    "screenings",
+    _fields(
+        (1, "benchmark", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "documents_checked", LongType(), True),
+        (5, "contaminated_documents", LongType(), True),
+        (6, "matches", LongType(), True),
+        (7, "eval_items_snapshot_id", LongType(), False),
+        (8, "curated_snapshot_id", LongType(), False),
+        (9, "screened_at", TimestamptzType(), True),
+        (10, "dagster_run_id", StringType(), True),
+    ),
+    partition_by=("benchmark", "crawl", "segment"),
+)
+
 # One row per run view. The frozen part (everything hashed into manifest_sha256, kept in manifest_json) never
 # changes; status moves candidate -> published | rejected, published -> superseded, each move one commit
 # that rewrites only this view's partition, so the table's snapshot history is the audit log.
@@ -411,10 +432,31 @@ RUN_VIEW_SAMPLES = TableDef(
     partition_by=("run_view_id",),
 )
 
+# Deletion requests (takedown, opt-out, licence withdrawal): one row per request; status pending ->
+# completed as propagation finishes, with the deletion report (per table: rows deleted, snapshots expired,
+# files removed, matching rows left in every retained snapshot) as JSON.
+GOVERNANCE_DELETION_REQUESTS = TableDef(
+    "governance",
+    "deletion_requests",
+    _fields(
+        (1, "request_id", StringType(), True),
+        (2, "key_type", StringType(), True),  # url | domain | deletion_key | record_id | doc_id
+        (3, "value", StringType(), True),
+        (4, "reason", StringType(), True),
+        (5, "requested_by", StringType(), True),
+        (6, "requested_at", TimestamptzType(), True),
+        (7, "status", StringType(), True),  # pending | completed
+        (8, "completed_at", TimestamptzType(), False),
+        (9, "propagated_by_run_id", StringType(), False),
+        (10, "report_json", StringType(), False),
+    ),
+    partition_by=("request_id",),
+)
+
 TABLES: dict[str, TableDef] = {
     t.identifier: t
     for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
               CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES,
-              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES,
-              RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES)
+              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS,
+              RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES, GOVERNANCE_DELETION_REQUESTS)
 }

@@ -1,4 +1,93 @@
 """tokenlake.loader: deterministic, resumable training input from a published run view.
 
 Imports no Dagster: training code does `import loader` with only torch, pyarrow and pyiceberg installed.
+
+    view = loader.open_run_view("web-en-3f2a9c1d0b7e")            # or open_run_view(bundle="/path/to/bundle")
+    data = loader.RunViewLoader(view, global_batch_size=512)    # rank/world from torch.distributed
+    data.load_state_dict(ckpt["loader"])                        # any world size dividing 512
+    for batch in data: ...; ckpt["loader"] = data.state_dict()
+
+Modules: view (open / export a run view), order (global order and step arithmetic), packing, dataset
+(BatchPlan, RunViewDataset, RunViewLoader, state), audit (reconstruct_batch, steps_serving), errors.
 """
+
+from loader.audit import ServedSpan, audit_record, batch_digest, reconstruct_batch, steps_serving
+from loader.dataset import (
+    STATE_VERSION,
+    BatchPlan,
+    RunViewDataset,
+    RunViewLoader,
+    check_state,
+    make_state,
+)
+from loader.errors import (
+    BadWorldSize,
+    ChecksumMismatch,
+    GlobalBatchSizeMismatch,
+    LoaderError,
+    MalformedState,
+    ManifestIntegrityError,
+    ManifestMismatch,
+    MissingDocument,
+    PackingMismatch,
+    RunViewMismatch,
+    RunViewNotFound,
+    RunViewNotPublished,
+    RunViewRejected,
+    RunViewSuperseded,
+    SamplesMismatch,
+    SeedMismatch,
+    StateMismatch,
+    StateVersionMismatch,
+    TokenizerMismatch,
+    UnsupportedLayout,
+)
+from loader.order import ORDER_VERSION, Schedule, epoch_order
+from loader.packing import IGNORE_INDEX, PackedSequence, pack_documents, pack_sequence, unpack
+from loader.view import RunView, export_run_view, in_memory_view, open_run_view
+
+__all__ = [
+    "IGNORE_INDEX",
+    "ORDER_VERSION",
+    "STATE_VERSION",
+    "BadWorldSize",
+    "BatchPlan",
+    "ChecksumMismatch",
+    "GlobalBatchSizeMismatch",
+    "LoaderError",
+    "MalformedState",
+    "ManifestIntegrityError",
+    "ManifestMismatch",
+    "MissingDocument",
+    "PackedSequence",
+    "PackingMismatch",
+    "RunView",
+    "RunViewDataset",
+    "RunViewLoader",
+    "RunViewMismatch",
+    "RunViewNotFound",
+    "RunViewNotPublished",
+    "RunViewRejected",
+    "RunViewSuperseded",
+    "SamplesMismatch",
+    "Schedule",
+    "SeedMismatch",
+    "ServedSpan",
+    "StateMismatch",
+    "StateVersionMismatch",
+    "TokenizerMismatch",
+    "UnsupportedLayout",
+    "audit_record",
+    "batch_digest",
+    "check_state",
+    "epoch_order",
+    "export_run_view",
+    "in_memory_view",
+    "make_state",
+    "open_run_view",
+    "pack_documents",
+    "pack_sequence",
+    "reconstruct_batch",
+    "steps_serving",
+    "unpack",
+]

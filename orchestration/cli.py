@@ -7,6 +7,12 @@
   tokenlake runview show ID             one run view's manifest (mixture requested vs realised, inputs, ...)
   tokenlake runview approve|reject ID --sha256 HASH --reviewer NAME [--comment TEXT]
                                         launch the publish_run_view job (the same gate as the UI Launchpad)
+  tokenlake delete KEY_TYPE VALUE --reason TEXT --requested-by NAME [--now]
+                                        record a deletion request (url | domain | deletion_key | record_id |
+                                        doc_id); the deletion_requests sensor propagates it, or --now here
+  tokenlake deletions [REQUEST_ID]      deletion requests, or one request's deletion report
+  tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs N]
+                                        WARC record -> curated decisions -> tokens -> run views and steps
 """
 
 from __future__ import annotations
@@ -86,8 +92,8 @@ def cmd_runview_show(args) -> int:
     return 0
 
 
-def cmd_runview_decide(args) -> int:
-    """Launch publish_run_view on the local instance: the same op, checks lookup and refusals as the UI."""
+def _run_job(name: str, op: str, config: dict, source: str):
+    """Execute a job in-process on the local instance (it appears in the UI's run history)."""
     import dagster as dg
 
     from orchestration.instance import prepare_dagster_home
@@ -95,18 +101,84 @@ def cmd_runview_decide(args) -> int:
     prepare_dagster_home()
     from orchestration.definitions import defs
 
-    cfg = {"run_view_id": args.run_view_id, "manifest_sha256": args.sha256, "reviewer": args.reviewer,
-           "decision": args.command_name, "comment": args.comment}
     with dg.DagsterInstance.get() as instance:
-        res = defs.resolve_job_def("publish_run_view").execute_in_process(
-            instance=instance, run_config={"ops": {"decide_run_view": {"config": cfg}}}, raise_on_error=False,
-            tags={"tokenlake/source": "tokenlake runview"})
+        res = defs.resolve_job_def(name).execute_in_process(
+            instance=instance, run_config={"ops": {op: {"config": config}}}, raise_on_error=False,
+            tags={"tokenlake/source": source})
     if not res.success:
         failure = next((e for e in res.all_events if e.event_type_value == "STEP_FAILURE"), None)
-        print(f"refused: {failure.step_failure_data.error.message.strip() if failure else 'see run ' + res.run_id}",
-              file=sys.stderr)
+        reason = failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
+        print(f"{name} failed: {reason}", file=sys.stderr)
+        return None
+    return res.output_for_node(op)
+
+
+def cmd_runview_decide(args) -> int:
+    """Launch publish_run_view on the local instance: the same op, checks lookup and refusals as the UI."""
+    cfg = {"run_view_id": args.run_view_id, "manifest_sha256": args.sha256, "reviewer": args.reviewer,
+           "decision": args.command_name, "comment": args.comment}
+    status = _run_job("publish_run_view", "decide_run_view", cfg, "tokenlake runview")
+    if status is None:
         return 1
-    print(f"run view {args.run_view_id}: {res.output_for_node('decide_run_view')} by {args.reviewer} (run {res.run_id})")
+    print(f"run view {args.run_view_id}: {status} by {args.reviewer}")
+    return 0
+
+
+def cmd_delete(args) -> int:
+    rid = _run_job("request_deletion", "record_deletion_request", {
+        "key_type": args.key_type, "value": args.value, "reason": args.reason, "requested_by": args.requested_by},
+        "tokenlake delete")
+    if rid is None:
+        return 1
+    print(f"deletion request {rid} recorded (pending)")
+    if not args.now:
+        print("the deletion_requests sensor propagates it (dagster dev), or run: tokenlake delete ... --now")
+        return 0
+    report = _run_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake delete --now")
+    if report is None:
+        return 1
+    _print_report(report)
+    return 0
+
+
+def _print_report(report: dict) -> None:
+    print(f"request {report['request_id']}: {report['key_type']} {report['value']}")
+    print("  reaches " + ", ".join(f"{n} {k}" for k, n in report["lineage_keys"].items()))
+    print(f"  {'table':<28} {'deleted':>8} {'expired':>8} {'files':>6} {'left':>5} {'scanned':>8}")
+    for table, r in sorted(report["tables"].items()):
+        print(f"  {table:<28} {r['rows_deleted']:>8} {r['snapshots_expired']:>8} {r['files_removed']:>6} "
+              f"{r['matching_rows_in_retained_snapshots']:>5} {r['retained_snapshots_scanned']:>8}")
+    print(f"  superseded run views: {', '.join(report['superseded_run_views']) or 'none'}; erased: {report['erased']}")
+
+
+def cmd_deletions(args) -> int:
+    from assets.governance.requests import list_requests, load_request
+
+    catalog = open_catalog()
+    if args.request_id:
+        row = load_request(catalog, args.request_id)
+        if row is None:
+            print(f"unknown deletion request {args.request_id!r}", file=sys.stderr)
+            return 2
+        if not row["report_json"]:
+            print(f"{args.request_id} is {row['status']}: no report yet")
+            return 0
+        _print_report(json.loads(row["report_json"]))
+        return 0
+    for r in list_requests(catalog):
+        print(f"{r['request_id']}  {r['status']:<9} {r['key_type']:<12} {r['value']:<50} {r['requested_by']}")
+    return 0
+
+
+def cmd_provenance(args) -> int:
+    from assets.governance.provenance import provenance
+
+    found = provenance(open_catalog(), doc_id=args.doc_id, url=args.url, global_batch_size=args.global_batch_size,
+                       epochs=range(args.epochs))
+    if not found:
+        print("no such document in curated.documents", file=sys.stderr)
+        return 2
+    print(json.dumps(found, indent=2, sort_keys=True, default=str))
     return 0
 
 
@@ -133,6 +205,23 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--reviewer", required=True, help="your name: recorded on the run view")
         p.add_argument("--comment", default="", required=action == "reject", help="why (required to reject)")
         p.set_defaults(fn=cmd_runview_decide, command_name=action)
+    delete = sub.add_parser("delete", help="record (and with --now propagate) a deletion request")
+    delete.add_argument("key_type", choices=["url", "domain", "deletion_key", "record_id", "doc_id"])
+    delete.add_argument("value")
+    delete.add_argument("--reason", required=True)
+    delete.add_argument("--requested-by", required=True)
+    delete.add_argument("--now", action="store_true", help="propagate here instead of waiting for the sensor")
+    delete.set_defaults(fn=cmd_delete)
+    dels = sub.add_parser("deletions", help="deletion requests, or one request's report")
+    dels.add_argument("request_id", nargs="?")
+    dels.set_defaults(fn=cmd_deletions)
+    prov = sub.add_parser("provenance", help="a document's lineage from WARC record to training steps")
+    which = prov.add_mutually_exclusive_group(required=True)
+    which.add_argument("--doc-id")
+    which.add_argument("--url")
+    prov.add_argument("--global-batch-size", type=int, default=None, help="to list the global steps serving it")
+    prov.add_argument("--epochs", type=int, default=1, help="epochs to list steps for")
+    prov.set_defaults(fn=cmd_provenance)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -1,13 +1,16 @@
-"""Sensors: discover new crawl snapshots/segments in the crawl source and start their ingest."""
+"""Sensors: new crawl segments start their ingest; new deletion requests start their propagation; run views
+superseded by a deletion get a rebuilt candidate (which then waits for a reviewer)."""
 
 
 import json
 
 import dagster as dg
 
+from assets.governance.propagate import superseded_without_successor
+from assets.governance.requests import list_requests
 from assets.partitions import crawl_segments
-from orchestration.jobs import raw_ingest_job
-from resources import LocalCrawlSource
+from orchestration.jobs import raw_ingest_job, run_view_candidate_job
+from resources import IcebergCatalogResource, LocalCrawlSource
 
 
 def new_segment_keys(discovered: list[str], cursor: str | None) -> tuple[list[str], str]:
@@ -39,4 +42,38 @@ def new_crawl_segments(context: dg.SensorEvaluationContext, crawl_source: LocalC
     )
 
 
-sensors = [new_crawl_segments]
+@dg.sensor(
+    name="deletion_requests",
+    job_name="propagate_deletion",  # by name: binding the op job object would re-create the sensor (beta warning)
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Starts propagate_deletion for every pending request in governance.deletion_requests (run key = "
+                "request id, so each request is propagated once).",
+)
+def deletion_requests(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource):
+    pending = [r["request_id"] for r in list_requests(catalog.catalog(), status="pending")]
+    if not pending:
+        return dg.SkipReason("no pending deletion request")
+    return [dg.RunRequest(run_key=rid, tags={"tokenlake/deletion-request": rid},
+                          run_config={"ops": {"propagate": {"config": {"request_id": rid}}}})
+            for rid in pending]
+
+
+@dg.sensor(
+    name="superseded_run_views",
+    job=run_view_candidate_job,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="For each published run view superseded by a deletion, builds a new candidate with the same "
+                "config on the current inputs (rebuild_of); it is published only after a reviewer approves it.",
+)
+def superseded_run_views(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource):
+    todo = superseded_without_successor(catalog.catalog())
+    if not todo:
+        return dg.SkipReason("no superseded run view without a successor")
+    return [dg.RunRequest(run_key=f"rebuild-{rv}", tags={"tokenlake/rebuild-of": rv},
+                          run_config={"ops": {"run_view__candidate": {"config": {"rebuild_of": rv}}}})
+            for rv in todo]
+
+
+sensors = [new_crawl_segments, deletion_requests, superseded_run_views]

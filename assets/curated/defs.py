@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pydantic
 from pyiceberg.expressions import And, EqualTo
 
+from assets.governance.propagate import erasure
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, bundled_model_path, langid_validation
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import RAW_COLUMNS, CurateParams, curate_records, exact_duplicate_rows, funnel, is_html
@@ -195,6 +196,7 @@ def _html_chunks(reader: pa.RecordBatchReader, chunk_docs: int, counts: dict):
 
 @dg.asset(
     key=DOCUMENTS,
+    metadata=erasure(("curated.documents", ["doc_id", "record_id", "deletion_key"])),
     deps=[WARC_RECORDS, REFERENCE_LM],
     partitions_def=crawl_segments,
     group_name="curated",
@@ -276,6 +278,7 @@ def curated_documents(context: dg.AssetExecutionContext, config: CurateConfig, c
 
 @dg.asset(
     key=EXACT_DUPLICATES,
+    metadata=erasure(("curated.exact_duplicates", ["doc_id"])),
     deps=[DOCUMENTS],
     group_name="curated",
     code_version="exact-dedup-1",

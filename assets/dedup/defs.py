@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pydantic
 from pyiceberg.expressions import And, EqualTo, In
 
+from assets.governance.propagate import erasure
 from assets.curated.defs import DOCUMENTS
 from assets.dedup.clustering import (
     DECISION_NEAR_DUPLICATE,
@@ -60,10 +61,12 @@ class MinHashConfig(dg.Config):
     name="dedup_minhash",
     specs=[
         dg.AssetSpec(MINHASH_BANDS, deps=[DOCUMENTS], code_version="minhash-2", kinds={"iceberg"}, group_name="dedup",
-                     description="LSH band hashes of every kept document (curated.minhash_bands)."),
+                     description="LSH band hashes of every kept document (curated.minhash_bands).",
+                     metadata=erasure(("curated.minhash_bands", ["doc_id"]))),
         dg.AssetSpec(MINHASH_SIGNATURES, deps=[DOCUMENTS], code_version="minhash-2", kinds={"iceberg"},
                      group_name="dedup", description="MinHash signatures, read to verify candidate pairs "
-                                                     "(curated.minhash_signatures)."),
+                                                     "(curated.minhash_signatures).",
+                     metadata=erasure(("curated.minhash_signatures", ["doc_id"]))),
     ],
     partitions_def=crawl_segments,
     pool="iceberg_dedup",
@@ -184,6 +187,7 @@ def _similarity(verify: str, ids: pa.Array, doc_ids: pa.Array, catalog: IcebergC
 
 @dg.asset(
     key=NEAR_DUPLICATES,
+    metadata=erasure(("curated.near_duplicates", ["doc_id"])),
     deps=[MINHASH_BANDS, MINHASH_SIGNATURES],
     group_name="dedup",
     code_version="near-dedup-1",

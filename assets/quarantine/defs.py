@@ -4,11 +4,13 @@ No `from __future__ import annotations` in defs modules: Dagster reads config an
 runtime annotations."""
 
 import time
+from datetime import datetime, timezone
 
 import dagster as dg
 import pyarrow as pa
 from pyiceberg.expressions import And, EqualTo
 
+from assets.governance.propagate import erasure
 from assets.curated.defs import DOCUMENTS
 from assets.lakehouse import md_table, provenance
 from assets.partitions import benchmarks, dimension_dep, quarantine_partitions
@@ -16,6 +18,7 @@ from assets.quarantine.benchmarks import DEFAULT_SOURCES, BenchmarkSource, read_
 from assets.quarantine.near_match import DEFAULT_THRESHOLD as NEAR_THRESHOLD
 from assets.quarantine.near_match import NearMatchIndex, find_matches
 from assets.quarantine.ngrams import DEFAULT_N, NgramIndex, normalise_words
+from iceberg_catalog import TABLES
 from resources import EvalBenchmarksResource, IcebergCatalogResource, parse_partition_key
 
 EVAL_ITEMS = dg.AssetKey(["quarantine", "eval_items"])
@@ -66,6 +69,7 @@ class MatchConfig(dg.Config):
 
 @dg.asset(
     key=MATCHES,
+    metadata=erasure(("quarantine.matches", ["doc_id", "deletion_key"])),
     partitions_def=quarantine_partitions,
     deps=[
         dimension_dep(EVAL_ITEMS, "benchmark"),
@@ -76,7 +80,8 @@ class MatchConfig(dg.Config):
     kinds={"iceberg"},
     pool="iceberg_quarantine",
     description="Kept curated documents of a segment that contain items of a benchmark (n-gram overlap or near "
-                "match), with the span; such documents are `eval_contaminated` (quarantine.matches).",
+                "match), with the span; such documents are `eval_contaminated` (quarantine.matches); the screening itself is "
+                "recorded in quarantine.screenings.",
 )
 def matches(context: dg.AssetExecutionContext, config: MatchConfig,
             catalog: IcebergCatalogResource) -> dg.MaterializeResult:
@@ -116,9 +121,19 @@ def matches(context: dg.AssetExecutionContext, config: MatchConfig,
     writer = catalog.partition_writer("quarantine.matches", {"benchmark": bench, "crawl": ref.crawl,
                                                              "segment": ref.segment})
     writer.write(pa.table(out))
-    commit = writer.commit(provenance(context, MATCHES, config.model_dump(), upstream))
+    prov = provenance(context, MATCHES, config.model_dump(), upstream)
+    commit = writer.commit(prov)
     seconds = time.perf_counter() - t0
     contaminated = sorted(set(out["doc_id"]))
+    screening = catalog.partition_writer("quarantine.screenings", {"benchmark": bench, "crawl": ref.crawl,
+                                                                   "segment": ref.segment})
+    screening.write(pa.Table.from_pylist([{
+        "benchmark": bench, "crawl": ref.crawl, "segment": ref.segment, "documents_checked": n_docs,
+        "contaminated_documents": len(contaminated), "matches": len(out["doc_id"]),
+        "eval_items_snapshot_id": upstream["quarantine.eval_items"],
+        "curated_snapshot_id": upstream["curated.documents"], "screened_at": datetime.now(timezone.utc),
+        "dagster_run_id": context.run.run_id}], schema=TABLES["quarantine.screenings"].arrow_schema))
+    screening.commit(prov)
     context.log.info("%s x %s: %d documents, %d contaminated", bench, ref.partition_key, n_docs, len(contaminated))
     return dg.MaterializeResult(metadata={
         "dagster/row_count": len(out["doc_id"]),

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from assets.governance.propagate import erasure
 from assets.lakehouse import md_table, provenance
 from assets.partitions import crawl_segments
 from assets.raw.ingest import ingest_segment
@@ -32,11 +33,13 @@ class RawIngestConfig(dg.Config):
         dg.AssetSpec(WARC_RECORDS, code_version=CODE_VERSION, kinds={"iceberg"}, group_name="raw",
                      description="One row per WARC `response` record: payload bytes, origin, collection time, "
                                  "licence basis, deletion key. Iceberg table raw.warc_records.",
-                     metadata={"iceberg_table": "raw.warc_records"}),
+                     metadata={"iceberg_table": "raw.warc_records",
+                               **erasure(("raw.warc_records", ["record_id", "deletion_key"]))}),
         dg.AssetSpec(REJECTED_RECORDS, code_version=CODE_VERSION, kinds={"iceberg"}, group_name="raw",
                      description="Everything in the WARC files that could not be read, with file, offset and "
                                  "reason. Iceberg table raw.rejected_records.",
-                     metadata={"iceberg_table": "raw.rejected_records"}),
+                     metadata={"iceberg_table": "raw.rejected_records",
+                               **erasure(("raw.rejected_records", ["record_id", "deletion_key"]))}),
     ],
     partitions_def=crawl_segments,
     pool="iceberg_raw",

@@ -12,6 +12,7 @@ from typing import Optional
 
 import dagster as dg
 
+from assets.governance.propagate import erasure
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
 from assets.dedup.defs import NEAR_DUPLICATES
 from assets.lakehouse import md_table, provenance
@@ -49,6 +50,8 @@ class RunViewConfig(dg.Config):
     seq_len: int = 2048
     cross_document_attention: str = "masked"
     share_tolerance: float = 0.01
+    # a superseded run view to rebuild on the current inputs with its own config (the fields above are ignored)
+    rebuild_of: Optional[str] = None
 
     def spec(self) -> store.RunViewSpec:
         return store.RunViewSpec(
@@ -65,6 +68,7 @@ def _component(c) -> Component:
 
 @dg.asset(
     key=CANDIDATE,
+    metadata=erasure(("run_view.samples", ["doc_id", "record_id", "deletion_key"]), run_views=True),
     deps=[TOKENIZED_DOCUMENTS, TOKENIZERS, DOCUMENTS, EXACT_DUPLICATES, NEAR_DUPLICATES, EVAL_ITEMS, MATCHES],
     group_name="run_view",
     code_version="run-view-1",
@@ -77,8 +81,14 @@ def _component(c) -> Component:
 def candidate(context: dg.AssetExecutionContext, config: RunViewConfig,
               catalog: IcebergCatalogResource) -> dg.MaterializeResult:
     spec = config.spec()
+    if config.rebuild_of:
+        old = store.load_manifest(catalog.catalog(), config.rebuild_of)
+        if old is None:
+            raise dg.Failure(f"rebuild_of: unknown run view {config.rebuild_of!r}")
+        spec = store.spec_from_manifest(old["manifest"])
+        context.log.info("rebuilding %s (%s) on the current inputs", config.rebuild_of, old["status"])
     result = store.build_candidate(catalog.catalog(), spec, provenance(context, CANDIDATE, spec.config()),
-                                   catalog.config.fingerprint())
+                                   catalog.config.fingerprint(), supersedes=config.rebuild_of)
     m = result.manifest
     context.log.info("run view %s (%s): %d samples, %d tokens, sha256 %s", result.run_view_id, result.status,
                      m["samples"]["n_samples"], m["samples"]["n_tokens"], result.manifest_sha256)
@@ -88,6 +98,7 @@ def candidate(context: dg.AssetExecutionContext, config: RunViewConfig,
         "manifest_sha256": result.manifest_sha256,
         "status": result.status,
         "newly_created": result.created,
+        "supersedes": config.rebuild_of or "",
         "dagster/row_count": m["samples"]["n_samples"],
         "n_tokens": m["samples"]["n_tokens"],
         "n_documents": m["samples"]["n_documents"],

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # Every table a candidate reads, pinned at one snapshot each (the manifest's "inputs").
 INPUT_TABLES = ("tokenized.documents", "tokenized.tokenizers", "curated.documents", "curated.exact_duplicates",
-                "curated.near_duplicates", "quarantine.eval_items", "quarantine.matches")
+                "curated.near_duplicates", "quarantine.eval_items", "quarantine.matches", "quarantine.screenings")
 SAMPLE_FIELDS = ("doc_id", "record_id", "deletion_key", "crawl", "segment", "n_tokens", "tokens_sha256",
                  "language", "ppl_bucket", "host", "domain_class")
 CHECKS = ("non_empty", "checksums_verified", "shares_within_tolerance", "quarantine_clean")
@@ -172,21 +172,10 @@ def eligible_documents(catalog: Catalog, pinned: Mapping[str, int | None], token
                                                         "eval_contaminated")}
 
 
-def decontaminated_partitions(table: Table, snapshot_id: int | None) -> set[tuple[str, str]]:
-    """(benchmark, segment) pairs that quarantine.matches was materialised for, up to `snapshot_id`: read from
-    the provenance on each snapshot of its ancestry (an empty partition still commits a snapshot)."""
-    done: set[tuple[str, str]] = set()
-    sid = snapshot_id
-    while sid is not None:
-        snap = table.snapshot_by_id(sid)
-        if snap is None:
-            break
-        key = (snap.summary.additional_properties if snap.summary else {}).get("tokenlake.partition-key", "")
-        if "|" in key:  # Dagster's multi-partition key: dimension values in dimension-name order
-            benchmark, segment = key.split("|", 1)
-            done.add((benchmark, segment))
-        sid = snap.parent_snapshot_id
-    return done
+def screened_pairs(catalog: Catalog, snapshot_id: int | None) -> set[tuple[str, str]]:
+    """(benchmark, "crawl/segment") pairs quarantine.screenings records as screened at `snapshot_id`."""
+    rows = _scan(catalog, "quarantine.screenings", snapshot_id, ("benchmark", "crawl", "segment")).to_pylist()
+    return {(r["benchmark"], f"{r['crawl']}/{r['segment']}") for r in rows}
 
 
 def quarantine_report(catalog: Catalog, pinned: Mapping[str, int | None], segments: Iterable[str],
@@ -194,16 +183,29 @@ def quarantine_report(catalog: Catalog, pinned: Mapping[str, int | None], segmen
     """Which benchmarks the view was screened against, which of its segments were screened, what is missing."""
     items = _scan(catalog, "quarantine.eval_items", pinned["quarantine.eval_items"], ("benchmark",))
     per_bench = Counter(items.column("benchmark").to_pylist())
-    done = decontaminated_partitions(load_table(catalog, "quarantine.matches"), pinned["quarantine.matches"])
+    done = screened_pairs(catalog, pinned["quarantine.screenings"])
     segs = sorted(set(segments))
     missing = [[b, s] for b in sorted(per_bench) for s in segs if (b, s) not in done]
     return {"benchmarks": dict(sorted(per_bench.items())), "segments": segs, "missing_pairs": missing,
             "contaminated_documents_excluded": excluded_contaminated}
 
 
+def spec_from_manifest(manifest: Mapping) -> RunViewSpec:
+    """The spec a view was built from: rebuilding it on today's inputs (after a deletion) reuses it."""
+    mix = manifest["mixture"]
+    return RunViewSpec(
+        name=manifest["name"], tokenizer=manifest["tokenizer"]["name"], seed=manifest["seed"],
+        token_budget=mix["token_budget"], epochs=manifest["epoch_policy"]["epochs"],
+        seq_len=manifest["packing"]["seq_len"], share_tolerance=mix["share_tolerance"],
+        cross_document_attention=manifest["packing"]["cross_document_attention"],
+        components=[Component(c["name"], c["weight"], c["filters"], c["max_repetitions"]) for c in mix["components"]])
+
+
 def build_candidate(catalog: Catalog, spec: RunViewSpec, provenance: Provenance,
-                    catalog_fingerprint: str = "", pinned: Mapping[str, int | None] | None = None) -> CandidateResult:
-    """Select, hash and write a candidate run view; an existing view with the same id is returned untouched."""
+                    catalog_fingerprint: str = "", pinned: Mapping[str, int | None] | None = None,
+                    supersedes: str | None = None) -> CandidateResult:
+    """Select, hash and write a candidate run view; an existing view with the same id is returned untouched.
+    `supersedes` names the view this one replaces (a rebuild after a deletion)."""
     pinned = dict(pinned or snapshot_ids(catalog))
     tok = resolve_tokenizer(catalog, spec.tokenizer, pinned["tokenized.tokenizers"])
     docs, exclusions = eligible_documents(catalog, pinned, tok["tokenizer_id"])
@@ -230,6 +232,7 @@ def build_candidate(catalog: Catalog, spec: RunViewSpec, provenance: Provenance,
                                                           for s in samples), exclusions["eval_contaminated"]),
         "code_version": provenance.code_version,
         "config_hash": provenance.config_hash,
+        "supersedes": supersedes,
     }
     sha = manifest_sha256(manifest)
     rv_id = run_view_id(spec.name, sha)
@@ -254,7 +257,7 @@ def build_candidate(catalog: Catalog, spec: RunViewSpec, provenance: Provenance,
         "manifest_json": canonical_json(manifest), "tokenizer_id": tok["tokenizer_id"], "seed": spec.seed,
         "n_samples": len(rows), "n_tokens": manifest["samples"]["n_tokens"], "created_at": _now(),
         "created_by_run_id": provenance.run_id, "reviewer": None, "decided_at": None, "decision_comment": None,
-        "decided_by_run_id": None, "superseded_by_request": None, "supersedes": None,
+        "decided_by_run_id": None, "superseded_by_request": None, "supersedes": supersedes,
     }, _with(provenance, partition_key=rv_id, upstream=pinned, extra=extra), catalog_fingerprint)
     return CandidateResult(rv_id, sha, manifest, "candidate", created=True,
                            samples_snapshot_id=samples_commit.snapshot_id, realised=realised)

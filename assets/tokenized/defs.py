@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, EqualTo, In, IsNull, Not
 
+from assets.governance.propagate import erasure
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
 from assets.dedup.defs import NEAR_DUPLICATES
 from assets.lakehouse import md_table, provenance
@@ -67,6 +68,7 @@ def _excluded(catalog: IcebergCatalogResource, crawl: str, segment: str) -> set[
 
 @dg.asset(
     key=TOKENIZED_DOCUMENTS,
+    metadata=erasure(("tokenized.documents", ["doc_id", "record_id", "deletion_key"])),
     partitions_def=tokenized_partitions,
     deps=[
         dimension_dep(DOCUMENTS, "segment"),

@@ -38,6 +38,10 @@ def test_shipped_benchmarks_are_items(tokenlake_home, instance, reference_lm_fil
     assert items.num_rows == 1319 and set(items["benchmark"].to_pylist()) == {"gsm8k"}
     md = res.asset_materializations_for_node("quarantine__matches")[0].metadata
     assert md["documents_checked"].value > 0 and md["contaminated_documents"].value == 0
+    # the screening itself is data: run views read their quarantine coverage from it
+    [screening] = open_catalog().load_table("quarantine.screenings").scan().to_arrow().to_pylist()
+    assert (screening["benchmark"], f"{screening['crawl']}/{screening['segment']}") == ("gsm8k", KEY)
+    assert screening["documents_checked"] == md["documents_checked"].value and screening["matches"] == 0
 
 
 def test_a_new_benchmark_flags_an_already_curated_document(tokenlake_home, instance, reference_lm_file, tmp_path):

@@ -9,6 +9,7 @@ segments, with mixture labels, so loader and governance tests get a published vi
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timezone
 import lzma
 
 from functools import lru_cache
@@ -40,12 +41,11 @@ def provenance(asset_key: str, run_id: str = "test-run") -> Provenance:
     return Provenance(asset_key, None, run_id, "test", "test")
 
 
-def _write(catalog, ident: str, partition: dict, rows: list[dict], row_group_rows: int | None = None, **prov) -> int:
+def _write(catalog, ident: str, partition: dict, rows: list[dict], row_group_rows: int | None = None) -> int:
     writer = PartitionWriter(catalog, ident, partition, row_group_rows=row_group_rows)
     if rows:
         writer.write(pa.Table.from_pylist(rows, schema=TABLES[ident].arrow_schema))
-    p = Provenance(ident, prov.get("partition_key"), "test-run", "test", "test")
-    return writer.commit(p).snapshot_id
+    return writer.commit(Provenance(ident, None, "test-run", "test", "test")).snapshot_id
 
 
 def write_documents(catalog, n_docs: int = 60, docs_per_row_group: int = 8, first: int = 0,
@@ -86,15 +86,18 @@ def write_documents(catalog, n_docs: int = 60, docs_per_row_group: int = 8, firs
 
 
 def screen(catalog, segments=SEGMENTS) -> None:
-    """Register one benchmark item and record that every segment was screened (no match), as the
-    quarantine assets do: an empty quarantine.matches partition commit per (benchmark, segment)."""
+    """Register one benchmark item and record that every segment was screened with no match, as the
+    quarantine/matches asset does: an empty quarantine.matches partition and a quarantine.screenings row."""
     _write(catalog, "quarantine.eval_items", {"benchmark": BENCHMARK}, [{
         "benchmark": BENCHMARK, "split": "test", "item_id": "0",
         "text": "an evaluation item that appears in no document of the test corpus", "n_words": 12}])
     for key in segments:
         crawl, segment = key.split("/")
-        _write(catalog, "quarantine.matches", {"benchmark": BENCHMARK, "crawl": crawl, "segment": segment}, [],
-               partition_key=f"{BENCHMARK}|{key}")
+        part = {"benchmark": BENCHMARK, "crawl": crawl, "segment": segment}
+        _write(catalog, "quarantine.matches", part, [])
+        _write(catalog, "quarantine.screenings", part, [{
+            **part, "documents_checked": 1, "contaminated_documents": 0, "matches": 0,
+            "screened_at": datetime.now(timezone.utc), "dagster_run_id": "test-run"}])
 
 
 def run_checks(catalog, run_view_id: str) -> dict[str, bool]:

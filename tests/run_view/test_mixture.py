@@ -133,8 +133,7 @@ def test_excluded_documents_never_enter_a_view(tokenlake_home):
                                                     "segment": contaminated["segment"]}, [{
         "doc_id": contaminated["doc_id"], "crawl": contaminated["crawl"], "segment": contaminated["segment"],
         "benchmark": builders.BENCHMARK, "item_id": "0", "kind": "ngram", "overlap_fraction": 1.0, "char_start": 0,
-        "char_end": 10, "decision": "eval_contaminated", "deletion_key": contaminated["deletion_key"]}],
-        partition_key=f"{builders.BENCHMARK}|{contaminated['crawl']}/{contaminated['segment']}")
+        "char_end": 10, "decision": "eval_contaminated", "deletion_key": contaminated["deletion_key"]}])
     result = builders.candidate(catalog, name="excl")
     ids = set(store.read_samples(catalog, result.run_view_id)["doc_id"].to_pylist())
     assert dup["doc_id"] not in ids and contaminated["doc_id"] not in ids and len(ids) == 28

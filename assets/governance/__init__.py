@@ -1,0 +1,1 @@
+"""Governance: deletion requests propagated through the asset graph, proof of erasure, provenance queries."""

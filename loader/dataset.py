@@ -1,0 +1,358 @@
+"""Serving a run view to PyTorch ranks: batch plan, IterableDataset, the training-side loader and its state.
+
+`BatchPlan` is the pure core: (view, global batch size G, seed, packing) -> the batch any rank serves at any
+global step (`loader.order` has the arithmetic and the drop/pad rule). `RunViewDataset` is a torch
+IterableDataset yielding this rank's slice of consecutive global batches (for `DataLoader(batch_size=None)`;
+workers take steps round-robin, the order the DataLoader collects them in). `RunViewLoader` is what a
+training loop holds: it iterates (optionally through DataLoader workers and a bounded `Prefetcher`), checks
+that batches arrive in global-step order, records metrics, and owns the one global cursor.
+
+State (`state_dict()`): {"format", "state_version", "run_view_id", "global_step" (global steps consumed: the
+one cursor, the same on every rank, independent of world size and workers), "epoch" (informational),
+"fingerprint" {manifest_sha256, tokenizer_id, packing, seed, state_version, order, global_batch_size},
+"fingerprint_sha256"}. `load_state_dict` refuses, with a named `StateMismatch` subclass, a state from another
+run view, manifest, tokenizer, seed, packing, global batch size or state/order version. The world size and
+the number of workers are *not* in the state: resuming on any world size dividing G continues with global
+batch `global_step`, so nothing is skipped or served twice (elastic resume).
+
+torchdata's StatefulDataLoader protocol: `RunViewDataset` has `state_dict()` / `load_state_dict()`. In the main
+process (num_workers=0) its state is the global cursor above. Inside DataLoader worker w of n, its state also
+carries {"worker": {"id", "num_workers", "next_step"}} so that StatefulDataLoader, which restores each worker
+from its own snapshot, resumes every worker on its own stride; a state without "worker" (e.g.
+`RunViewLoader.state_dict()`) resumes all workers from the global cursor. torchdata is not required.
+
+Batch dict (one per global step, this rank's G / world_size sequences of seq_len):
+  input_ids, labels, loss_mask, position_ids, segment_ids: LongTensor [B, seq_len] (see loader.packing);
+  cu_seqlens: IntTensor over the flattened batch [0 .. B*seq_len] (flash-attn varlen), max_seqlen: int;
+  sequence_index: LongTensor [B], index of each sequence within its epoch;
+  run_view_id, step (global), epoch, rank, world_size;
+  documents: per sequence a list of (doc_id, token_start, token_end), the audit spans;
+  sample_indices: per sequence the sample_index of each of those spans (tells repetitions apart).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from loader.errors import (
+    BadWorldSize,
+    GlobalBatchSizeMismatch,
+    LoaderError,
+    MalformedState,
+    ManifestMismatch,
+    PackingMismatch,
+    RunViewMismatch,
+    SeedMismatch,
+    StateVersionMismatch,
+    TokenizerMismatch,
+)
+from loader.order import ORDER_VERSION, Schedule, epoch_order, rank_slice, worker_steps
+from loader.packing import check_policy, next_stream_position, pack_sequence, sequence_pieces, stream_offsets
+from loader.view import RunView
+
+STATE_FORMAT = "tokenlake.loader_state"
+STATE_VERSION = 1
+_EPOCHS_CACHED = 2
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size): explicit arguments, else torch.distributed when initialised, else (0, 1)."""
+    if (rank is None) != (world_size is None):
+        raise BadWorldSize(f"give both rank and world_size or neither, got rank={rank} world_size={world_size}")
+    if rank is not None:
+        return int(rank), int(world_size)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class BatchPlan:
+    """Which tokens every rank serves at every global step of a run view: pure given the view."""
+
+    def __init__(self, view: RunView, global_batch_size: int, *, seed: int | None = None,
+                 seq_len: int | None = None, cross_document_attention: str | None = None,
+                 epochs: int | None | str = "manifest"):
+        """Defaults come from the manifest; overriding seed or packing makes a different (fingerprinted) run."""
+        self.view = view
+        self.seed = view.seed if seed is None else int(seed)
+        packing = view.packing
+        self.seq_len = int(packing["seq_len"] if seq_len is None else seq_len)
+        self.policy = check_policy(packing["cross_document_attention"] if cross_document_attention is None
+                                   else cross_document_attention)
+        self.eos_id = int(packing["eos_id"])
+        self.schedule = Schedule(view.tokens_per_epoch, self.seq_len, int(global_batch_size),
+                                 view.epochs if epochs == "manifest" else epochs)
+        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.schedule.global_batch_size
+
+    @property
+    def packing(self) -> dict:
+        return {"seq_len": self.seq_len, "eos_id": self.eos_id, "cross_document_attention": self.policy}
+
+    def fingerprint(self) -> dict:
+        """What a saved cursor is only valid for."""
+        return {"manifest_sha256": self.view.manifest_sha256, "tokenizer_id": self.view.tokenizer_id,
+                "packing": self.packing, "seed": self.seed, "state_version": STATE_VERSION, "order": ORDER_VERSION,
+                "global_batch_size": self.global_batch_size}
+
+    def epoch_layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sample indices in serving order, stream offsets of those samples) for `epoch` (cached)."""
+        if epoch in self._epochs:
+            return self._epochs[epoch]
+        order = epoch_order(self.view.block_ids, self.view.manifest_sha256, self.seed, epoch)
+        layout = (order, stream_offsets(self.view.n_tokens[order]))
+        self._epochs[epoch] = layout
+        while len(self._epochs) > _EPOCHS_CACHED:
+            self._epochs.popitem(last=False)
+        return layout
+
+    def spans(self, step: int, rank: int = 0, world_size: int = 1) -> tuple[int, list[int], list[list[tuple[int, int, int]]]]:
+        """(epoch, sequence indices, per sequence [(sample_index, token_start, token_end)]) of a rank's batch."""
+        epoch, seqs = self.schedule.sequences(step, rank, world_size)
+        order, offsets = self.epoch_layout(epoch)
+        out = [[(int(order[p]), a, b) for p, a, b in sequence_pieces(offsets, i, self.seq_len)] for i in seqs]
+        return epoch, list(seqs), out
+
+    def batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+        """The batch `rank` of `world_size` serves at global `step`, tokens read and verified."""
+        epoch, seqs, spans = self.spans(step, rank, world_size)
+        order, offsets = self.epoch_layout(epoch)
+        nexts = [next_stream_position(offsets, i, self.seq_len) for i in seqs]
+        needed = {s for sp in spans for s, _, _ in sp} | {int(order[n[0]]) for n in nexts if n is not None}
+        tokens = self.view.source.read(sorted(needed))
+        packed = []
+        for sp, nxt in zip(spans, nexts, strict=True):
+            pieces = [tokens[s][a:b] for s, a, b in sp]
+            ends = [b == int(self.view.n_tokens[s]) for s, _, b in sp]
+            nt = None if nxt is None else int(tokens[int(order[nxt[0]])][nxt[1]])
+            packed.append(pack_sequence(pieces, ends, nt, self.seq_len, self.eos_id, self.policy))
+        return self._collate(step, epoch, rank, world_size, seqs, spans, packed)
+
+    def _collate(self, step, epoch, rank, world_size, seqs, spans, packed) -> dict[str, Any]:
+        def stack(name: str) -> torch.Tensor:
+            return torch.from_numpy(np.stack([getattr(p, name) for p in packed]))
+
+        L = self.seq_len
+        cu = [p.cu_seqlens[:-1].astype(np.int64) + b * L for b, p in enumerate(packed)]
+        cu_flat = np.concatenate([*cu, np.array([len(packed) * L])]).astype(np.int32)
+        doc_ids = self.view.doc_ids
+        return {
+            "input_ids": stack("input_ids"), "labels": stack("labels"), "loss_mask": stack("loss_mask"),
+            "position_ids": stack("position_ids"), "segment_ids": stack("segment_ids"),
+            "cu_seqlens": torch.from_numpy(cu_flat), "max_seqlen": int(np.diff(cu_flat).max()),
+            "sequence_index": torch.tensor(seqs, dtype=torch.long),
+            "run_view_id": self.view.run_view_id, "step": int(step), "epoch": int(epoch),
+            "rank": int(rank), "world_size": int(world_size),
+            "documents": [[(doc_ids[s], a, b) for s, a, b in sp] for sp in spans],
+            "sample_indices": [[s for s, _, _ in sp] for sp in spans],
+        }
+
+
+# --- state ------------------------------------------------------------------------------------------------
+
+
+def fingerprint_sha256(fingerprint: Mapping) -> str:
+    """sha256 of the canonical JSON of a fingerprint."""
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def make_state(plan: BatchPlan, global_step: int) -> dict:
+    """The loader state at a global cursor (global steps consumed)."""
+    fp = plan.fingerprint()
+    return {"format": STATE_FORMAT, "state_version": STATE_VERSION, "run_view_id": plan.view.run_view_id,
+            "global_step": int(global_step), "epoch": int(global_step) // plan.schedule.steps_per_epoch,
+            "fingerprint": fp, "fingerprint_sha256": fingerprint_sha256(fp)}
+
+
+def check_state(plan: BatchPlan, state: Mapping) -> int:
+    """The global cursor of `state` after checking it belongs to `plan`; named StateMismatch errors otherwise."""
+    if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+        found = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+        raise MalformedState(f"not a tokenlake loader state (format {found!r}, expected {STATE_FORMAT!r})")
+    fp, want = state.get("fingerprint"), plan.fingerprint()
+    if not isinstance(fp, Mapping) or not isinstance(state.get("global_step"), int):
+        raise MalformedState("loader state lacks a fingerprint mapping or an integer global_step")
+    for where, version in (("state", state.get("state_version")), ("fingerprint", fp.get("state_version"))):
+        if version != STATE_VERSION:
+            raise StateVersionMismatch(f"loader state version {version!r} (in its {where}) is not {STATE_VERSION}; "
+                                       f"it was written by another loader version: resume with that version")
+    if fp.get("order") != ORDER_VERSION:
+        raise StateVersionMismatch(f"loader state was saved with order {fp.get('order')!r}, this loader serves "
+                                   f"{ORDER_VERSION!r}: the global batches would differ")
+    if state.get("run_view_id") != plan.view.run_view_id:
+        raise RunViewMismatch(f"loader state belongs to run view {state.get('run_view_id')!r}, this loader serves "
+                              f"{plan.view.run_view_id!r}; open the run view the checkpoint was trained on")
+    if fp.get("manifest_sha256") != want["manifest_sha256"]:
+        raise ManifestMismatch(f"loader state has manifest sha256 {fp.get('manifest_sha256')!r}, run view "
+                               f"{plan.view.run_view_id} has {want['manifest_sha256']!r}")
+    if fp.get("tokenizer_id") != want["tokenizer_id"]:
+        raise TokenizerMismatch(f"loader state was saved with tokenizer {fp.get('tokenizer_id')!r}, this run view "
+                                f"uses {want['tokenizer_id']!r}")
+    if fp.get("seed") != want["seed"]:
+        raise SeedMismatch(f"loader state was saved with seed {fp.get('seed')!r}, this loader uses {want['seed']}; "
+                           f"pass seed={fp.get('seed')!r} to resume that run")
+    if fp.get("packing") != want["packing"]:
+        raise PackingMismatch(f"loader state was saved with packing {fp.get('packing')!r}, this loader packs "
+                              f"{want['packing']!r}")
+    if fp.get("global_batch_size") != want["global_batch_size"]:
+        raise GlobalBatchSizeMismatch(f"loader state was saved with global batch size {fp.get('global_batch_size')!r}, "
+                                      f"this loader uses {want['global_batch_size']}: global batch k would hold other "
+                                      f"sequences; keep the global batch size and change only the world size")
+    step = state["global_step"]
+    total = plan.schedule.total_steps
+    if step < 0 or (total is not None and step > total):
+        raise MalformedState(f"loader state cursor {step} is outside 0..{total}")
+    return step
+
+
+# --- torch ------------------------------------------------------------------------------------------------
+
+
+def keep_batch(batch: dict[str, Any]) -> dict[str, Any]:
+    """DataLoader collate_fn for RunViewDataset: batches are already collated (the default one would turn the
+    audit tuples into lists)."""
+    return batch
+
+
+class RunViewDataset(IterableDataset):
+    """This rank's batches of consecutive global steps from the cursor on (use with DataLoader(batch_size=None))."""
+
+    def __init__(self, view: RunView, global_batch_size: int, *, rank: int | None = None,
+                 world_size: int | None = None, seed: int | None = None, seq_len: int | None = None,
+                 cross_document_attention: str | None = None, max_steps: int | None = None,
+                 epochs: int | None | str = "manifest"):
+        """`max_steps`: stop before this global step (besides the manifest's epoch limit)."""
+        super().__init__()
+        self.plan = BatchPlan(view, global_batch_size, seed=seed, seq_len=seq_len,
+                              cross_document_attention=cross_document_attention, epochs=epochs)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        rank_slice(self.plan.global_batch_size, self.world_size, self.rank)  # BadWorldSize now, not mid-run
+        self.max_steps = max_steps
+        self._cursor = 0  # next global step (main-process semantics)
+        self._worker: dict | None = None  # {"id", "num_workers", "next_step"} inside a DataLoader worker
+
+    @property
+    def stop_step(self) -> int | None:
+        """Global step the iteration stops before (None: unbounded)."""
+        bounds = [b for b in (self.plan.schedule.total_steps, self.max_steps) if b is not None]
+        return min(bounds) if bounds else None
+
+    def _steps(self) -> Iterator[int]:
+        info = get_worker_info()
+        n, wid = (info.num_workers, info.id) if info is not None else (1, 0)
+        w = self._worker
+        if w is not None and w.get("id") == wid and w.get("num_workers") == n:
+            steps = range(int(w["next_step"]), self.stop_step if self.stop_step is not None else 2**62, n)
+        else:
+            steps = worker_steps(self._cursor, self.stop_step, n, wid)
+        for k in steps:
+            if info is not None:
+                self._worker = {"id": wid, "num_workers": n, "next_step": k + n}
+            self._cursor = k + 1
+            yield k
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for k in self._steps():
+            yield self.plan.batch(k, self.rank, self.world_size)
+
+    def state_dict(self) -> dict:
+        """The cursor (plus this worker's stride position inside a DataLoader worker)."""
+        state = make_state(self.plan, self._cursor)
+        if self._worker is not None and get_worker_info() is not None:
+            state["worker"] = dict(self._worker)
+        return state
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Resume at the state's cursor; raises a StateMismatch subclass if the state is not for this data."""
+        self._cursor = check_state(self.plan, state)
+        self._worker = dict(state["worker"]) if isinstance(state.get("worker"), Mapping) else None
+
+
+class RunViewLoader:
+    """The training loop's iterator over this rank's batches, with the one global cursor as its state."""
+
+    def __init__(self, view: RunView, global_batch_size: int, *, rank: int | None = None,
+                 world_size: int | None = None, num_workers: int = 0, prefetch: int = 0, seed: int | None = None,
+                 seq_len: int | None = None, cross_document_attention: str | None = None,
+                 max_steps: int | None = None, epochs: int | None | str = "manifest", metrics: Any = None,
+                 multiprocessing_context: str | None = None):
+        """`num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
+        (loader.prefetch.Prefetcher, 0 = none); `metrics`: a loader.metrics.LoaderMetrics (or None)."""
+        if metrics is not None and hasattr(view.source, "on_read"):
+            # a copy of the view whose reader reports row-group read latency to `metrics` (reads in this process
+            # only: DataLoader workers read with their own copy, so their latency is not seen here)
+            view = copy.copy(view)
+            view.source = dataclasses.replace(view.source, on_read=metrics.record_read)
+        if num_workers < 0 or prefetch < 0:
+            raise ValueError(f"num_workers and prefetch must be >= 0, got {num_workers}, {prefetch}")
+        self.dataset = RunViewDataset(view, global_batch_size, rank=rank, world_size=world_size, seed=seed,
+                                      seq_len=seq_len, cross_document_attention=cross_document_attention,
+                                      max_steps=max_steps, epochs=epochs)
+        self.num_workers, self.prefetch, self.metrics = num_workers, prefetch, metrics
+        self.multiprocessing_context = multiprocessing_context
+        self._cursor = 0
+
+    @property
+    def plan(self) -> BatchPlan:
+        return self.dataset.plan
+
+    @property
+    def global_step(self) -> int:
+        """Global steps consumed so far: the cursor."""
+        return self._cursor
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
+        self.dataset._cursor, self.dataset._worker = self._cursor, None
+        if self.num_workers == 0:
+            return iter(self.dataset)
+        return iter(torch.utils.data.DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
+                                                collate_fn=keep_batch,
+                                                multiprocessing_context=self.multiprocessing_context))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        it = self._batches()
+        if self.prefetch:
+            from loader.prefetch import Prefetcher
+
+            it = Prefetcher(it, self.prefetch)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                wait = time.perf_counter() - t0
+                if batch["step"] != self._cursor:
+                    raise LoaderError(f"batch of global step {batch['step']} arrived while the cursor is at "
+                                      f"{self._cursor}: the DataLoader delivered out of order")
+                self._cursor = batch["step"] + 1
+                if self.metrics is not None:
+                    self.metrics.record_batch(int(batch["input_ids"].numel()), wait)
+                yield batch
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def state_dict(self) -> dict:
+        """{format, state_version, run_view_id, global_step, epoch, fingerprint, fingerprint_sha256}."""
+        return make_state(self.plan, self._cursor)
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continue at the state's cursor (any world size dividing the global batch size)."""
+        self._cursor = check_state(self.plan, state)

@@ -1,0 +1,163 @@
+"""Packing a token stream into fixed `seq_len` sequences, and unpacking it again. Pure numpy, no I/O.
+
+The documents of an epoch, in their global order, form one stream (each document already ends with EOS).
+Sequence i is stream tokens [i*seq_len, (i+1)*seq_len); a document cut by a sequence end continues at the
+start of the next sequence, so every sequence is a list of *pieces* (position in the epoch order,
+token_start, token_end) into documents, and unpacking the pieces gives back the documents exactly.
+
+Per sequence (all arrays of length seq_len unless noted):
+- input_ids: the stream tokens, then `pad_id` (the EOS id) as padding after the end of the epoch's stream;
+- labels: the next stream token (causal LM targets already shifted), IGNORE_INDEX (-100) where there is none.
+  The last position's label is the first token of the next sequence when the stream goes on. Policy
+  "masked": no label crosses a document boundary, i.e. the label at a document's last token (its EOS) is
+  -100; policy "allowed": the label there is the next document's first token. Padding is always -100;
+- loss_mask: 1 where labels != -100, else 0;
+- position_ids: 0, 1, ... restarting at every piece (a continued document restarts at 0 too, since it cannot
+  attend to its part in the previous sequence) and at the padding;
+- segment_ids: index of the piece in the sequence, -1 on padding;
+- cu_seqlens (n_segments + 1): 0, the end of each piece, then seq_len when there is padding (the padding
+  is one last segment), the layout flash-attention's varlen kernels take. With "allowed" these still describe
+  the documents; whether attention crosses them is the model's choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+IGNORE_INDEX = -100
+POLICIES = ("masked", "allowed")
+
+
+@dataclass(frozen=True)
+class PackedSequence:
+    """One packed sequence (see the module docstring for each field)."""
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    loss_mask: np.ndarray
+    position_ids: np.ndarray
+    segment_ids: np.ndarray
+    cu_seqlens: np.ndarray
+
+
+def check_policy(policy: str) -> str:
+    """The cross-document attention policy, validated."""
+    if policy not in POLICIES:
+        raise ValueError(f"cross_document_attention must be one of {POLICIES}, got {policy!r}")
+    return policy
+
+
+def stream_offsets(n_tokens_in_order: np.ndarray) -> np.ndarray:
+    """Start of each document in the stream, plus the stream length at the end (length n + 1)."""
+    out = np.zeros(len(n_tokens_in_order) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(n_tokens_in_order, dtype=np.int64), out=out[1:])
+    return out
+
+
+def sequence_pieces(offsets: np.ndarray, seq_index: int, seq_len: int) -> list[tuple[int, int, int]]:
+    """(position in the order, token_start, token_end) of every piece of sequence `seq_index`; [] for a
+    sequence wholly past the end of the stream (a padding sequence)."""
+    total = int(offsets[-1])
+    lo, hi = seq_index * seq_len, min((seq_index + 1) * seq_len, total)
+    if lo >= total:
+        return []
+    first = int(np.searchsorted(offsets, lo, side="right")) - 1
+    pieces = []
+    p = first
+    while p < len(offsets) - 1 and offsets[p] < hi:
+        start = max(lo, int(offsets[p])) - int(offsets[p])
+        end = min(hi, int(offsets[p + 1])) - int(offsets[p])
+        if end > start:  # skips empty documents (n_tokens 0), which a valid view never has
+            pieces.append((p, start, end))
+        p += 1
+    return pieces
+
+
+def next_stream_position(offsets: np.ndarray, seq_index: int, seq_len: int) -> tuple[int, int] | None:
+    """(position in the order, token offset) of the stream token right after sequence `seq_index`, or None at
+    the end of the stream: the source of that sequence's last label."""
+    pos = (seq_index + 1) * seq_len
+    if pos >= int(offsets[-1]):
+        return None
+    p = int(np.searchsorted(offsets, pos, side="right")) - 1
+    return p, pos - int(offsets[p])
+
+
+def pack_sequence(pieces: Sequence[np.ndarray], ends_document: Sequence[bool], next_token: int | None,
+                  seq_len: int, pad_id: int, policy: str) -> PackedSequence:
+    """Pack the token arrays of one sequence's pieces; `ends_document[i]` says piece i ends its document and
+    `next_token` is the stream token after the sequence (None at the end of the stream)."""
+    check_policy(policy)
+    lengths = np.array([len(t) for t in pieces], dtype=np.int64)
+    n = int(lengths.sum())
+    if n > seq_len:
+        raise ValueError(f"pieces hold {n} tokens, more than seq_len {seq_len}")
+    if len(ends_document) != len(pieces):
+        raise ValueError(f"{len(ends_document)} ends_document flags for {len(pieces)} pieces")
+    input_ids = np.full(seq_len, pad_id, dtype=np.int64)
+    if n:
+        input_ids[:n] = np.concatenate([np.asarray(t, dtype=np.int64) for t in pieces])
+    labels = np.full(seq_len, IGNORE_INDEX, dtype=np.int64)
+    if n:
+        labels[: n - 1] = input_ids[1:n]
+        labels[n - 1] = IGNORE_INDEX if next_token is None else int(next_token)
+    piece_ends = np.cumsum(lengths)
+    if policy == "masked" and n:
+        # The label at a document's EOS would be the next document's first token: never learn across that.
+        last_of_doc = piece_ends[np.asarray(ends_document, dtype=bool)] - 1
+        labels[last_of_doc] = IGNORE_INDEX
+    segment_ids = np.full(seq_len, -1, dtype=np.int64)
+    position_ids = np.empty(seq_len, dtype=np.int64)
+    bounds = [0, *piece_ends.tolist()] + ([seq_len] if n < seq_len else [])
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        position_ids[a:b] = np.arange(b - a)
+        if i < len(pieces):
+            segment_ids[a:b] = i
+    return PackedSequence(
+        input_ids=input_ids,
+        labels=labels,
+        loss_mask=(labels != IGNORE_INDEX).astype(np.int64),
+        position_ids=position_ids,
+        segment_ids=segment_ids,
+        cu_seqlens=np.asarray(bounds, dtype=np.int32),
+    )
+
+
+def pack_documents(docs: Sequence[np.ndarray], seq_len: int, pad_id: int, policy: str,
+                   n_sequences: int | None = None) -> list[tuple[PackedSequence, list[tuple[int, int, int]]]]:
+    """Pack whole documents (in this order) into sequences with their pieces; `n_sequences` pads the list
+    with fully padded sequences (the last global batch of an epoch)."""
+    offsets = stream_offsets(np.array([len(d) for d in docs], dtype=np.int64))
+    count = -(-int(offsets[-1]) // seq_len)
+    out = []
+    for i in range(max(count, n_sequences or 0)):
+        pieces = sequence_pieces(offsets, i, seq_len)
+        nxt = next_stream_position(offsets, i, seq_len)
+        out.append((pack_sequence([docs[p][a:b] for p, a, b in pieces], [b == len(docs[p]) for p, a, b in pieces],
+                                  None if nxt is None else int(docs[nxt[0]][nxt[1]]), seq_len, pad_id, policy),
+                    pieces))
+    return out
+
+
+def unpack(sequences: Sequence[tuple[np.ndarray, Sequence[tuple[int, int, int]]]]) -> dict[int, np.ndarray]:
+    """Documents back from (input_ids, pieces) pairs: position in the order -> its tokens, concatenated in
+    token_start order. Raises ValueError if the pieces of a document leave a gap or overlap."""
+    parts: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+    for input_ids, pieces in sequences:
+        at = 0
+        for p, a, b in pieces:
+            parts.setdefault(p, []).append((a, b, np.asarray(input_ids[at: at + b - a])))
+            at += b - a
+    out = {}
+    for p, chunks in parts.items():
+        chunks.sort(key=lambda c: c[0])
+        expect = 0
+        for a, b, _ in chunks:
+            if a != expect:
+                raise ValueError(f"document at order position {p}: piece starts at token {a}, expected {expect}")
+            expect = b
+        out[p] = np.concatenate([c[2] for c in chunks])
+    return out
