@@ -45,7 +45,8 @@ def record_deletion_request(context: dg.OpExecutionContext, config: DeletionRequ
 
 
 @dg.job(description="Record a deletion request: a takedown, an opt-out or a licence withdrawal.",
-        tags={"tokenlake/gate": "governance"})
+        tags={"tokenlake/gate": "governance"},
+        executor_def=dg.in_process_executor)
 def request_deletion():
     record_deletion_request()
 
@@ -97,7 +98,8 @@ def propagate_deletion(context: dg.OpExecutionContext, config: PropagationConfig
 
 @dg.job(name="propagate_deletion", description="Carry out a deletion request: delete matching rows downstream of raw, supersede affected "
                     "run views, expire snapshots, sweep files, prove 0 rows remain. Started by the "
-                    "deletion_requests sensor.", tags={"tokenlake/gate": "governance"})
+                    "deletion_requests sensor.", tags={"tokenlake/gate": "governance"},
+        executor_def=dg.in_process_executor)
 def propagate_deletion_job():
     propagate_deletion()
 

@@ -228,7 +228,7 @@ def decide_run_view(context: dg.OpExecutionContext, config: DecisionConfig,
 
 @dg.job(description="The approval gate: a reviewer publishes (or rejects) a run view candidate. Launch from the "
                     "Launchpad with run_view_id, manifest_sha256, reviewer, decision (approve | reject), comment.",
-        tags={"tokenlake/gate": "run_view"})
+        tags={"tokenlake/gate": "run_view"}, executor_def=dg.in_process_executor)
 def publish_run_view():
     decide_run_view()
 

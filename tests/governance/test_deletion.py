@@ -82,6 +82,11 @@ def test_url_deletion_supersedes_rebuilds_and_erases(published, instance, tokenl
     assert report["tables"]["curated.documents"]["rows_deleted"] == 1
     assert report["tables"]["run_view.samples"]["rows_deleted"] >= 1
 
+    # every commit of the propagation carries the request id
+    for ident in ("curated.documents", "tokenized.documents", "run_view.samples"):
+        summary = catalog.load_table(ident).current_snapshot().summary.additional_properties
+        assert summary["tokenlake.deletion-request-id"] == rid, ident
+
     # 0 matching rows in every table at every retained snapshot, and the text in no file on disk
     for ident in ("curated.documents", "tokenized.documents", "run_view.samples"):
         counts = count_matching_in_retained_snapshots(catalog.load_table(ident), EqualTo("doc_id", victim["doc_id"]))

@@ -77,6 +77,9 @@ def test_provenance_then_deletion_of_a_url_in_a_published_view(demo_lakehouse, c
     actually = {batch["step"] for batch in loader.RunViewLoader(view_obj, G, epochs=1)
                 if any(d == doc_id for seq in batch["documents"] for d, _, _ in seq)}
     assert served == actually and served
+    assert cli(["provenance", "--doc-id", doc_id, "--global-batch-size", str(G)]) == 0
+    printed = capsys.readouterr().out
+    assert raw["warc_file"] in printed and f'"warc_offset": {raw["warc_offset"]}' in printed and '"served_at"' in printed
 
     # --- delete that document's URL
     url = prov["curated"]["url"]

@@ -66,6 +66,7 @@ def dagster_server(tmp_path: Path, command: str = "dagster-webserver", env_extra
         os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
+            proc.poll()  # reap the leader: unreaped, its zombie keeps the group alive until the SIGKILL deadline
             try:
                 os.killpg(proc.pid, 0)
             except ProcessLookupError:
