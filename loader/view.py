@@ -355,15 +355,9 @@ def _locate_documents(catalog, manifest: Mapping, samples: pa.Table) -> tuple[li
     return files, with_layout, dict(table.io.properties)
 
 
-def open_run_view(run_view_id: str | None = None, *, catalog=None, bundle: str | Path | None = None,
-                  io_properties: Mapping[str, str] | None = None,
-                  max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS) -> RunView:
-    """Open a published run view by id from the catalog (default: `iceberg_catalog.open_catalog()`), or from
-    an exported bundle directory; refuses candidate, rejected and superseded views with named errors."""
-    if bundle is not None:
-        return _open_bundle(Path(bundle), run_view_id, io_properties or {}, max_cached_row_groups)
-    if not run_view_id:
-        raise ValueError("give a run_view_id (catalog) or bundle=<exported directory>")
+def _published_from_catalog(catalog, run_view_id: str):
+    """(manifests row, manifest, token files, samples with their row-group layout, file IO properties) of a
+    published view, every check on the way (status, manifest hash, samples digest at the view's tag)."""
     if catalog is None:
         from iceberg_catalog import open_catalog
 
@@ -374,6 +368,19 @@ def open_run_view(run_view_id: str | None = None, *, catalog=None, bundle: str |
     samples = _pinned_samples(catalog, run_view_id)
     check_samples(run_view_id, manifest, samples)
     files, with_layout, props = _locate_documents(catalog, manifest, samples)
+    return row, manifest, files, with_layout, props
+
+
+def open_run_view(run_view_id: str | None = None, *, catalog=None, bundle: str | Path | None = None,
+                  io_properties: Mapping[str, str] | None = None,
+                  max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS) -> RunView:
+    """Open a published run view by id from the catalog (default: `iceberg_catalog.open_catalog()`), or from
+    an exported bundle directory; refuses candidate, rejected and superseded views with named errors."""
+    if bundle is not None:
+        return _open_bundle(Path(bundle), run_view_id, io_properties or {}, max_cached_row_groups)
+    if not run_view_id:
+        raise ValueError("give a run_view_id (catalog) or bundle=<exported directory>")
+    row, manifest, files, with_layout, props = _published_from_catalog(catalog, run_view_id)
     if io_properties:
         props = {**props, **io_properties}
     return _view_from_layout(run_view_id, row["status"], manifest, row["manifest_sha256"], with_layout, files,
@@ -386,16 +393,7 @@ def open_run_view(run_view_id: str | None = None, *, catalog=None, bundle: str |
 def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog=None) -> Path:
     """Write a published view's bundle (manifest.json, run_view.json, samples.parquet) to `out_dir` for a
     cluster without catalog access; returns the directory."""
-    if catalog is None:
-        from iceberg_catalog import open_catalog
-
-        catalog = open_catalog(create=False)
-    row = _manifest_row(catalog, run_view_id)
-    check_status(run_view_id, row["status"], row.get("superseded_by_request"))
-    manifest = parse_manifest(row["manifest_json"], row["manifest_sha256"], run_view_id)
-    samples = _pinned_samples(catalog, run_view_id)
-    check_samples(run_view_id, manifest, samples)
-    files, with_layout, _ = _locate_documents(catalog, manifest, samples)
+    row, manifest, files, with_layout, _ = _published_from_catalog(catalog, run_view_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_bytes(row["manifest_json"].encode("utf-8"))
