@@ -1,0 +1,145 @@
+"""Prefetcher: order, bounded read-ahead, error propagation, shutdown."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loader.prefetch import CLOSE_TIMEOUT_SECONDS, Prefetcher
+
+
+def wait_until(predicate, timeout: float = 10.0) -> None:
+    """Poll `predicate` until it holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not reached within {timeout} s")
+        time.sleep(0.005)
+
+
+class CountingSource:
+    """An endless source that counts how many items it has built and records when it is closed."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.built = 0
+        self.closed = threading.Event()
+        self.fail_at = fail_at
+
+    def __iter__(self):
+        try:
+            while True:
+                if self.built == self.fail_at:
+                    raise RuntimeError(f"row group {self.built} unreadable")
+                self.built += 1
+                yield self.built - 1
+        finally:
+            self.closed.set()
+
+
+@given(items=st.lists(st.integers(), max_size=60), capacity=st.integers(1, 8))
+def test_yields_every_item_in_order(items, capacity):
+    with Prefetcher(items, capacity) as pf:
+        assert list(pf) == items
+        assert pf.consumed == len(items)
+        assert list(pf) == []  # exhausted stays exhausted
+
+
+@pytest.mark.parametrize("capacity", [0, -1, 1.5, True, "2"])
+def test_rejects_bad_capacity(capacity):
+    with pytest.raises(ValueError, match="capacity"):
+        Prefetcher([1], capacity)
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_producer_blocks_capacity_ahead(capacity):
+    source = CountingSource()
+    pf = Prefetcher(source, capacity)
+    try:
+        assert next(pf) == 0
+        # queue full (capacity items) + one built item held in the blocked put
+        wait_until(lambda: pf.blocked_puts >= 1 and source.built == 1 + capacity + 1)
+        time.sleep(0.2)
+        assert source.built == 1 + capacity + 1
+        assert pf.produced == 1 + capacity
+        assert pf.depth() == capacity
+        assert [next(pf) for _ in range(5)] == [1, 2, 3, 4, 5]  # reading resumes the producer
+    finally:
+        assert pf.close()
+
+
+def test_producer_exception_reaches_consumer_after_earlier_items():
+    source = CountingSource(fail_at=4)
+    with Prefetcher(source, 2) as pf:
+        got = []
+        with pytest.raises(RuntimeError, match="row group 4 unreadable"):
+            for item in pf:
+                got.append(item)
+        assert got == [0, 1, 2, 3]
+        with pytest.raises(StopIteration):
+            next(pf)
+    assert source.closed.is_set()
+
+
+def test_close_with_full_queue_returns_within_bound_and_closes_source():
+    source = CountingSource()
+    pf = Prefetcher(source, 4)
+    wait_until(lambda: pf.blocked_puts >= 1)
+    started = time.monotonic()
+    assert pf.close() is True
+    assert time.monotonic() - started < CLOSE_TIMEOUT_SECONDS
+    assert not pf.alive
+    assert source.closed.is_set()  # the generator's finally ran: its files would be closed
+    assert pf.depth() == 0  # queued items dropped, their memory freed
+    with pytest.raises(StopIteration):
+        next(pf)
+
+
+def test_close_gives_up_on_a_producer_stuck_in_its_source():
+    release = threading.Event()
+
+    def stuck():
+        yield 0
+        release.wait(30)  # a read that does not return
+        yield 1
+
+    pf = Prefetcher(stuck(), 2)
+    assert next(pf) == 0
+    assert pf.close(timeout=0.3) is False  # reports that the thread is still running, does not hang
+    release.set()
+    wait_until(lambda: not pf.alive)  # it ends at its next put (stop is set)
+
+
+def test_consumer_wait_is_measured():
+    gate = threading.Event()
+
+    def slow():
+        gate.wait(10)
+        yield "batch"
+
+    pf = Prefetcher(slow(), 1)
+    timer = threading.Timer(0.2, gate.set)
+    timer.start()
+    try:
+        assert next(pf) == "batch"
+        assert pf.last_wait_seconds >= 0.19  # blocked at least until the gate opened
+        assert pf.wait_seconds == pf.last_wait_seconds
+    finally:
+        timer.cancel()
+        pf.close()
+
+
+def test_forgotten_prefetcher_stops_its_thread():
+    source = CountingSource()
+    pf = Prefetcher(source, 2)
+    wait_until(lambda: pf.blocked_puts >= 1)
+    thread = pf._thread
+    del pf
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert source.closed.is_set()
