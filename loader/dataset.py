@@ -305,6 +305,8 @@ class RunViewLoader:
         self.num_workers, self.prefetch, self.metrics = num_workers, prefetch, metrics
         self.multiprocessing_context = multiprocessing_context
         self._cursor = 0
+        # the active read-ahead queue while iterating (its depth() and blocked_puts show backpressure), else None
+        self.prefetcher = None
 
     @property
     def plan(self) -> BatchPlan:
@@ -328,7 +330,7 @@ class RunViewLoader:
         if self.prefetch:
             from loader.prefetch import Prefetcher
 
-            it = Prefetcher(it, self.prefetch)
+            it = self.prefetcher = Prefetcher(it, self.prefetch)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -348,6 +350,7 @@ class RunViewLoader:
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+            self.prefetcher = None
 
     def state_dict(self) -> dict:
         """{format, state_version, run_view_id, global_step, epoch, fingerprint, fingerprint_sha256}."""
