@@ -101,6 +101,8 @@ def test_url_deletion_supersedes_rebuilds_and_erases(published, instance, tokenl
     assert (row["status"], row["superseded_by_request"]) == ("superseded", rid)
     with pytest.raises(loader.RunViewSuperseded, match=rid):
         loader.open_run_view(rv_id, catalog=catalog)
+    refused = decide(instance, rv_id, row["manifest_sha256"], reviewer="mallory")  # the gate refuses it too
+    assert not refused.success and store.load_manifest(catalog, rv_id)["status"] == "superseded"
 
     # a rebuilt candidate without the document, waiting for approval
     [rebuild] = tick(instance, "superseded_run_views")
