@@ -1,11 +1,15 @@
-"""What several benches share: the failure type, the sample crawl's WARC files, peak memory, the run wrapper."""
+"""What several benches share: the failure type, the sample crawl's WARC files, peak memory, the run wrapper,
+competitors' own virtualenvs."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
@@ -21,6 +25,34 @@ def warc_paths(root: Path) -> list[Path]:
     if not paths:
         raise BenchFailure(f"no {WARC_GLOB} under {root}")
     return paths
+
+
+def clean_env(**extra: str) -> dict:
+    """The environment for a competitor's venv: nothing of ours on the path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(extra)
+    return env
+
+
+def ensure_venv(venv: Path, requirements: Sequence[str], label: str) -> tuple[Path, float | None]:
+    """A competitor's own venv with exactly `requirements`, created from the registry once and reused while its
+    marker file matches: (its python, install seconds or None when reused). BenchFailure when pip fails."""
+    python = venv / "bin" / "python"
+    marker = venv / ".tokenlake-bench-requirements"
+    if python.exists() and marker.exists() and marker.read_text() == "\n".join(requirements):
+        return python, None
+    print(f"creating {label}'s venv at {venv} (from the package registry, once) ...", flush=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    base = shutil.which("python3.11") or getattr(sys, "_base_executable", sys.executable)
+    t0 = time.perf_counter()
+    for cmd in ([base, "-m", "venv", str(venv)], [str(python), "-m", "pip", "install", "--quiet", *requirements]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env())
+        if proc.returncode != 0:
+            raise BenchFailure(f"{label} did not install: `{' '.join(cmd)}` exited {proc.returncode}:\n"
+                               f"{proc.stderr[-3000:]}")
+    marker.write_text("\n".join(requirements))
+    return python, time.perf_counter() - t0
 
 
 def vm_hwm_kib() -> int:

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import WARC_GLOB, BenchFailure, run_reported, warc_paths  # noqa: E402
+from bench.common import WARC_GLOB, BenchFailure, clean_env, ensure_venv, run_reported, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
@@ -144,31 +144,9 @@ def make_copies(src_root: Path, dst_root: Path, copies: int) -> None:
 
 # ---- datatrove ----------------------------------------------------------------------------------------------
 
-def clean_env(**extra: str) -> dict:
-    """The environment for datatrove's venv: nothing of ours on the path."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(extra)
-    return env
-
-
 def ensure_datatrove_venv(venv: Path) -> dict:
     """Create/reuse the venv; returns {python, lid_model, install_seconds (None if reused), versions}."""
-    python = venv / "bin" / "python"
-    marker = venv / ".tokenlake-bench-requirements"
-    install_s = None
-    if not python.exists() or not marker.exists() or marker.read_text() != "\n".join(DT_REQUIREMENTS):
-        print(f"creating datatrove's venv at {venv} (PyPI, once) ...", flush=True)
-        shutil.rmtree(venv, ignore_errors=True)
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        base = shutil.which("python3.11") or getattr(sys, "_base_executable", sys.executable)
-        t0 = time.perf_counter()
-        for cmd in ([base, "-m", "venv", str(venv)],
-                    [str(python), "-m", "pip", "install", "--quiet", *DT_REQUIREMENTS]):
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env())
-            if proc.returncode != 0:
-                raise BenchFailure(f"`{' '.join(cmd)}` failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        install_s = time.perf_counter() - t0
-        marker.write_text("\n".join(DT_REQUIREMENTS))
+    python, install_s = ensure_venv(venv, DT_REQUIREMENTS, "datatrove")
     proc = subprocess.run([str(python), "-c", DT_CHECK], capture_output=True, text=True, env=clean_env())
     if proc.returncode != 0:
         raise BenchFailure(f"datatrove's venv {venv} is broken (delete it to rebuild):\n{proc.stderr[-3000:]}")

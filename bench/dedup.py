@@ -52,7 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import run_reported  # noqa: E402
-from bench.curate import DT_VENV, BenchFailure, clean_env, ensure_datatrove_venv  # noqa: E402
+from bench.common import BenchFailure, clean_env  # noqa: E402
+from bench.curate import DT_VENV, ensure_datatrove_venv  # noqa: E402
 
 WIKI = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 PYDOCS = ROOT.parent / "shared" / "data" / "corpus" / "python3.11-doc_3.11.2-6+deb12u9_sources_rst.tar.xz"

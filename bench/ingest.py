@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import WARC_GLOB, BenchFailure, run_reported, vm_hwm_kib, warc_paths  # noqa: E402
+from bench.common import BenchFailure, run_reported, vm_hwm_kib, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 MAX_FLAT_RATIO = 1.25  # RSS 10x / RSS 1x above this with a small batch means memory grows with the input

@@ -54,7 +54,7 @@ import time  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchFailure, run_reported  # noqa: E402
+from bench.common import BenchFailure, clean_env, ensure_venv, run_reported  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2_tokenizer.json"
@@ -274,30 +274,13 @@ print(json.dumps({"version": streaming.__version__, "samples": n, "write_s": wri
 '''
 
 
-def clean_env() -> dict:
-    """The environment for Mosaic's venv: nothing of ours on the path."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-
-
 def ensure_mosaic_venv(venv: Path) -> tuple[str | None, str]:
     """(python, note): Mosaic's venv, created from PyPI once; python None with the reason when it won't install."""
-    python = venv / "bin" / "python"
-    marker = venv / ".tokenlake-bench-requirements"
-    note = "reused"
-    if not python.exists() or not marker.exists() or marker.read_text() != "\n".join(MOSAIC_REQUIREMENTS):
-        print(f"creating MosaicML streaming's venv at {venv} (PyPI, once) ...", flush=True)
-        shutil.rmtree(venv, ignore_errors=True)
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        base = shutil.which("python3.11") or getattr(sys, "_base_executable", sys.executable)
-        t0 = time.perf_counter()
-        for cmd in ([base, "-m", "venv", str(venv)],
-                    [str(python), "-m", "pip", "install", "--quiet", *MOSAIC_REQUIREMENTS]):
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env())
-            if proc.returncode != 0:
-                return None, (f"MosaicML streaming did not install from the registry (`{' '.join(cmd[-3:])}` "
-                              f"exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
-        marker.write_text("\n".join(MOSAIC_REQUIREMENTS))
-        note = f"installed in {time.perf_counter() - t0:.0f} s"
+    try:
+        python, install_s = ensure_venv(venv, MOSAIC_REQUIREMENTS, "MosaicML streaming")
+    except BenchFailure as exc:
+        return None, f"MosaicML streaming did not install from the registry: {str(exc).splitlines()[0]}"
+    note = "reused" if install_s is None else f"installed in {install_s:.0f} s"
     check = MOSAIC_STUB + "\nimport streaming, torch, numpy; print(streaming.__version__, torch.__version__, numpy.__version__)"
     proc = subprocess.run([str(python), "-c", check], capture_output=True, text=True, env=clean_env())
     if proc.returncode != 0:
@@ -502,7 +485,7 @@ def run_bench(work: Path, args) -> int:
     next(iter(fresh))
     fresh_s = time.perf_counter() - t0
     step_s = per_step / med(rows["ours"], "steady_tokens_per_s")
-    print(f"\n## 4. state_dict()\n| | value |\n|---|---:|")
+    print("\n## 4. state_dict()\n| | value |\n|---|---:|")
     print(f"| state_dict() per call | {per_call * 1e6:.1f} us ({size} bytes of JSON) |")
     print(f"| share of our step ({step_s * 1000:.1f} ms) | {per_call / step_s:.2e} |")
     print(f"| share of a 1M tokens/s step ({per_step / CONSUMER_TOKENS_PER_S * 1000:.1f} ms) | "

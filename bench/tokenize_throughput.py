@@ -47,12 +47,9 @@ import json  # noqa: E402
 import lzma  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
-import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-import warnings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

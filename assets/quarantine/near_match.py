@@ -35,7 +35,6 @@ document's anchor hits are held in memory at once (about 3 per word on real text
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable
 from difflib import SequenceMatcher
 

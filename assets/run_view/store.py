@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import And, EqualTo, In, IsNull, Not
-from pyiceberg.table import Table
 
 from assets.run_view.manifest import (
     FORMAT,

@@ -6,14 +6,13 @@ runtime annotations."""
 import time
 
 import dagster as dg
-import numpy as np
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, EqualTo, In, IsNull, Not
 
 from assets.governance.propagate import erasure
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
 from assets.dedup.defs import NEAR_DUPLICATES
-from assets.lakehouse import md_table, provenance
+from assets.lakehouse import provenance
 from assets.partitions import dimension_dep, tokenized_partitions, tokenizers
 from assets.tokenized.tokens import (
     check_rows,
