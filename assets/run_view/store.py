@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
-from pyiceberg.expressions import And, EqualTo, In, IsNull, Not
+from pyiceberg.expressions import And, EqualTo, IsNull, Not, Or
 
 from assets.run_view.manifest import (
     FORMAT,
@@ -330,21 +331,25 @@ def check_checksums(catalog: Catalog, run_view_id: str, manifest: Mapping) -> tu
     if samples_digest(samples.to_pylist()) != manifest["samples"]["sha256"]:
         problems.append({"doc_id": "*", "problem": "stored samples differ from the manifest's samples digest"})
     want = dict(zip(samples["doc_id"].to_pylist(), samples["tokens_sha256"].to_pylist()))
-    table = load_table(catalog, "tokenized.documents")
-    ids = sorted(want)
-    verified = 0
-    for start in range(0, len(ids), 2000):
-        chunk = ids[start : start + 2000]
-        rows = table.scan(row_filter=And(EqualTo("tokenizer_id", manifest["tokenizer"]["tokenizer_id"]),
-                                         In("doc_id", chunk)),
-                          selected_fields=("doc_id", "tokens", "token_dtype", "n_tokens", "tokens_sha256"),
-                          snapshot_id=manifest["inputs"]["tokenized.documents"]).to_arrow().to_pylist()
-        found = {r["doc_id"] for r in rows}
-        problems += [{"doc_id": d, "problem": "missing at the pinned snapshot"} for d in chunk if d not in found]
+    # one pass over the view's partitions at the pinned snapshot (an In() filter per chunk would rescan them)
+    segments = sorted(set(zip(samples["crawl"].to_pylist(), samples["segment"].to_pylist())))
+    where = EqualTo("tokenizer_id", manifest["tokenizer"]["tokenizer_id"])
+    if segments:
+        where = And(where, Or(*[And(EqualTo("crawl", c), EqualTo("segment", g)) for c, g in segments])
+                    if len(segments) > 1 else And(EqualTo("crawl", segments[0][0]), EqualTo("segment", segments[0][1])))
+    reader = load_table(catalog, "tokenized.documents").scan(
+        row_filter=where, selected_fields=("doc_id", "tokens", "token_dtype", "n_tokens", "tokens_sha256"),
+        snapshot_id=manifest["inputs"]["tokenized.documents"]).to_arrow_batch_reader()
+    wanted = pa.array(sorted(want))
+    found: set[str] = set()
+    for batch in reader:
+        rows = batch.filter(pc.is_in(batch.column("doc_id"), value_set=wanted)).to_pylist()
+        found.update(r["doc_id"] for r in rows)
         problems += check_rows(rows)
         problems += [{"doc_id": r["doc_id"], "problem": "tokens_sha256 differs from the sample's"}
                      for r in rows if r["tokens_sha256"] != want[r["doc_id"]]]
-        verified += len(rows)
+    problems += [{"doc_id": d, "problem": "missing at the pinned snapshot"} for d in sorted(set(want) - found)]
+    verified = len(found)
     return verified, problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
+from pyiceberg.expressions import EqualTo
 
 from assets.run_view import store
 from assets.run_view.manifest import tag_name
@@ -137,3 +138,18 @@ def test_published_rows_stay_readable_by_snapshot_after_inputs_are_rematerialise
     assert after.equals(before)
     verified, problems = store.check_checksums(catalog, rv_id, row["manifest"])
     assert (verified, problems) == (len(view_ids), [])
+
+
+def test_checksums_check_names_a_corrupted_document(lakehouse, instance):
+    # rewrite one segment with one document's token bytes altered but its recorded checksum kept
+    table = lakehouse.load_table("tokenized.documents")
+    rows = table.scan(row_filter=EqualTo("segment", "seg-a")).to_arrow().to_pylist()
+    victim = rows[2]
+    victim["tokens"] = bytes([victim["tokens"][0] ^ 1]) + victim["tokens"][1:]
+    builders._write(lakehouse, "tokenized.documents", {k: victim[k] for k in ("tokenizer_id", "crawl", "segment")},
+                    rows, row_group_rows=8)
+    res = materialize_candidate(instance, name="corrupt")
+    checks = {e.check_name: e for e in res.get_asset_check_evaluations()}
+    assert not res.success and checks["checksums_verified"].passed is False
+    assert victim["doc_id"] in str(checks["checksums_verified"].metadata["details"].value)
+    assert all(checks[c].passed for c in ("non_empty", "shares_within_tolerance", "quarantine_clean"))
