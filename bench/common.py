@@ -55,6 +55,20 @@ def ensure_venv(venv: Path, requirements: Sequence[str], label: str) -> tuple[Pa
     return python, time.perf_counter() - t0
 
 
+def make_copies(src_root: Path, dst_root: Path, copies: int) -> int:
+    """Mirror `src_root` with each WARC file replaced by `copies` concatenated copies (a valid .warc.gz); returns the bytes written."""
+    total = 0
+    for path in warc_paths(src_root):
+        dst = dst_root / path.relative_to(src_root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        data = path.read_bytes()
+        with open(dst, "wb") as fh:
+            for _ in range(copies):
+                fh.write(data)
+        total += len(data) * copies
+    return total
+
+
 def vm_hwm_kib() -> int:
     """This process's peak resident set (VmHWM from /proc/self/status), KiB; 0 where unavailable."""
     status = Path("/proc/self/status")

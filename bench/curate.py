@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import WARC_GLOB, BenchFailure, clean_env, ensure_venv, run_reported, warc_paths  # noqa: E402
+from bench.common import WARC_GLOB, BenchFailure, clean_env, ensure_venv, make_copies, run_reported, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
@@ -129,17 +129,6 @@ def count_responses(paths: list[Path]) -> int:
         with open(path, "rb") as fh:
             n += sum(rec.rec_type == "response" for rec in ArchiveIterator(fh))
     return n
-
-
-def make_copies(src_root: Path, dst_root: Path, copies: int) -> None:
-    """Mirror `src_root` with each WARC file replaced by `copies` concatenated copies (a valid .warc.gz)."""
-    for path in warc_paths(src_root):
-        dst = dst_root / path.relative_to(src_root)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        data = path.read_bytes()
-        with open(dst, "wb") as fh:
-            for _ in range(copies):
-                fh.write(data)
 
 
 # ---- datatrove ----------------------------------------------------------------------------------------------

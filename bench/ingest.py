@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchFailure, run_reported, vm_hwm_kib, warc_paths  # noqa: E402
+from bench.common import BenchFailure, make_copies, run_reported, vm_hwm_kib, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 MAX_FLAT_RATIO = 1.25  # RSS 10x / RSS 1x above this with a small batch means memory grows with the input
@@ -146,20 +146,6 @@ def measure_child(mode: str, crawl_root: Path, work: Path, batch_bytes: int | No
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["peak_rss_mib"] = result["vm_hwm_kib"] / 1024
     return result
-
-
-def make_copies(src_root: Path, dst_root: Path, copies: int) -> int:
-    """Mirror `src_root` with each WARC file replaced by `copies` concatenated copies (a valid .warc.gz)."""
-    total = 0
-    for path in warc_paths(src_root):
-        dst = dst_root / path.relative_to(src_root)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        data = path.read_bytes()
-        with open(dst, "wb") as fh:
-            for _ in range(copies):
-                fh.write(data)
-        total += len(data) * copies
-    return total
 
 
 def check_counts(name: str, asset: dict, bare: dict, factor: int = 1) -> None:
