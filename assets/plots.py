@@ -25,8 +25,12 @@ def encode_png(rgb: np.ndarray) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def histogram(values: Sequence[float], bins: int = 30, log10: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -59,8 +63,10 @@ def histogram_markdown(values: Sequence[float], title: str, unit: str = "perplex
     """Markdown: a title, the PNG histogram of log10(values) and its x-range."""
     counts, edges = histogram(values)
     png = histogram_png(counts)
-    return (f"**{title}** ({int(counts.sum())} documents; x: log10 {unit} from {edges[0]:.2f} to {edges[-1]:.2f})\n\n"
-            f"![{unit} histogram](data:image/png;base64,{base64.b64encode(png).decode('ascii')})")
+    return (
+        f"**{title}** ({int(counts.sum())} documents; x: log10 {unit} from {edges[0]:.2f} to {edges[-1]:.2f})\n\n"
+        f"![{unit} histogram](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
+    )
 
 
 def paired_bars_png(pairs: Sequence[tuple[float, float]], width: int = 360, height: int = 120) -> bytes:
@@ -79,9 +85,16 @@ def paired_bars_png(pairs: Sequence[tuple[float, float]], width: int = 360, heig
     return encode_png(img)
 
 
-def paired_bars_markdown(labels: Sequence[str], first: Sequence[float], second: Sequence[float], title: str,
-                         names: tuple[str, str] = ("requested", "realised")) -> str:
+def paired_bars_markdown(
+    labels: Sequence[str],
+    first: Sequence[float],
+    second: Sequence[float],
+    title: str,
+    names: tuple[str, str] = ("requested", "realised"),
+) -> str:
     """Markdown: a title naming the groups in order, and the PNG of paired bars."""
     png = paired_bars_png(list(zip(first, second)))
-    return (f"**{title}** (left to right: {', '.join(labels)}; blue {names[0]}, orange {names[1]})\n\n"
-            f"![{title}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})")
+    return (
+        f"**{title}** (left to right: {', '.join(labels)}; blue {names[0]}, orange {names[1]})\n\n"
+        f"![{title}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
+    )

@@ -49,14 +49,16 @@ def ensure_venv(venv: Path, requirements: Sequence[str], label: str) -> tuple[Pa
     for cmd in ([base, "-m", "venv", str(venv)], [str(python), "-m", "pip", "install", "--quiet", *requirements]):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env())
         if proc.returncode != 0:
-            raise BenchFailure(f"{label} did not install: `{' '.join(cmd)}` exited {proc.returncode}:\n"
-                               f"{proc.stderr[-3000:]}")
+            raise BenchFailure(
+                f"{label} did not install: `{' '.join(cmd)}` exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+            )
     marker.write_text("\n".join(requirements))
     return python, time.perf_counter() - t0
 
 
 def make_copies(src_root: Path, dst_root: Path, copies: int) -> int:
-    """Mirror `src_root` with each WARC file replaced by `copies` concatenated copies (a valid .warc.gz); returns the bytes written."""
+    """Mirror `src_root` with each WARC file replaced by `copies` concatenated copies (a valid .warc.gz);
+    returns the bytes written."""
     total = 0
     for path in warc_paths(src_root):
         dst = dst_root / path.relative_to(src_root)

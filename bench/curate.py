@@ -71,6 +71,7 @@ DT_CHECK = (
 
 # ---- process accounting ------------------------------------------------------------------------------------
 
+
 def cpu_seconds(who: int) -> float:
     ru = resource.getrusage(who)
     return ru.ru_utime + ru.ru_stime
@@ -121,6 +122,7 @@ def run_child(cmd: list[str], env: dict, name: str) -> tuple[dict, float, float]
 
 # ---- input --------------------------------------------------------------------------------------------------
 
+
 def count_responses(paths: list[Path]) -> int:
     from warcio.archiveiterator import ArchiveIterator
 
@@ -133,6 +135,7 @@ def count_responses(paths: list[Path]) -> int:
 
 # ---- datatrove ----------------------------------------------------------------------------------------------
 
+
 def ensure_datatrove_venv(venv: Path) -> dict:
     """Create/reuse the venv; returns {python, lid_model, install_seconds (None if reused), versions}."""
     python, install_s = ensure_venv(venv, DT_REQUIREMENTS, "datatrove")
@@ -142,15 +145,27 @@ def ensure_datatrove_venv(venv: Path) -> dict:
     dt_version, traf_version, lid = proc.stdout.strip().splitlines()[-3:]
     if dt_version == "?":
         dt_version = DT_REQUIREMENTS[0].split("==")[1]
-    return {"python": str(python), "lid_model": lid, "install_seconds": install_s,
-            "versions": f"datatrove {dt_version}, trafilatura {traf_version}"}
+    return {
+        "python": str(python),
+        "lid_model": lid,
+        "install_seconds": install_s,
+        "versions": f"datatrove {dt_version}, trafilatura {traf_version}",
+    }
 
 
 def run_datatrove(venv: dict, crawl: Path, work: Path) -> dict:
     """One FineWeb-recipe run over `crawl`; counts per block plus wall/CPU of the child and of its pipeline."""
     out_dir = Path(tempfile.mkdtemp(prefix="datatrove-", dir=work))
-    cmd = [venv["python"], str(DT_SCRIPTS / "fineweb_pipeline.py"), "--crawl", str(crawl), "--work", str(out_dir),
-           "--lid-model", venv["lid_model"]]
+    cmd = [
+        venv["python"],
+        str(DT_SCRIPTS / "fineweb_pipeline.py"),
+        "--crawl",
+        str(crawl),
+        "--work",
+        str(out_dir),
+        "--lid-model",
+        venv["lid_model"],
+    ]
     res, wall, cpu = run_child(cmd, clean_env(HF_HUB_OFFLINE="1"), "datatrove pipeline")
     shutil.rmtree(out_dir, ignore_errors=True)
     blocks = {b["name"].split(": ", 1)[-1].split(" ", 1)[-1]: b["stats"] for b in res["raw_stats"]}
@@ -161,26 +176,49 @@ def run_datatrove(venv: dict, crawl: Path, work: Path) -> dict:
     if not html:
         raise BenchFailure(f"datatrove's WarcReader read no documents from {crawl}")
     if not extract.get("extracted") or extract.get("timeout", 0) >= extract.get("total", 0):
-        raise BenchFailure(f"datatrove's extractor returned nothing ({extract}); a broken trafilatura import "
-                           "looks like a timeout per document in datatrove's sandbox")
+        raise BenchFailure(
+            f"datatrove's extractor returned nothing ({extract}); a broken trafilatura import "
+            "looks like a timeout per document in datatrove's sandbox"
+        )
     funnel = []
     for name, s in blocks.items():
         if name in ("Warc", "Jsonl"):
             continue
         dropped = sum(v for k, v in s.items() if k.startswith("dropped_") and isinstance(v, (int, float)))
         other = s.get("dropped", 0) - dropped if "dropped" in s else 0
-        funnel.append((name, s.get("total", 0), s.get("forwarded", 0),
-                       ", ".join([f"{k[len('dropped_'):]} {v}" for k, v in s.items()
-                                  if k.startswith("dropped_")] + ([f"dropped {other}"] if other else [])
-                                 + ([f"timeout {s['timeout']}"] if s.get("timeout") else []))))
-    block_s = [(b["name"].split(": ", 1)[-1].split(" ", 1)[-1], b["time_stats"].get("total", 0.0))
-               for b in res["raw_stats"] if isinstance(b.get("time_stats"), dict)]
-    return {"wall_s": wall, "cpu_s": cpu, "pipeline_wall_s": res["pipeline_wall_s"], "block_s": block_s,
-            "pipeline_cpu_s": res["pipeline_cpu_s"], "html": html, "kept": writer.get("total", 0),
-            "timeouts": extract.get("timeout", 0), "funnel": funnel, "lingering": res.get("lingering_children", 0)}
+        funnel.append(
+            (
+                name,
+                s.get("total", 0),
+                s.get("forwarded", 0),
+                ", ".join(
+                    [f"{k[len('dropped_') :]} {v}" for k, v in s.items() if k.startswith("dropped_")]
+                    + ([f"dropped {other}"] if other else [])
+                    + ([f"timeout {s['timeout']}"] if s.get("timeout") else [])
+                ),
+            )
+        )
+    block_s = [
+        (b["name"].split(": ", 1)[-1].split(" ", 1)[-1], b["time_stats"].get("total", 0.0))
+        for b in res["raw_stats"]
+        if isinstance(b.get("time_stats"), dict)
+    ]
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "pipeline_wall_s": res["pipeline_wall_s"],
+        "block_s": block_s,
+        "pipeline_cpu_s": res["pipeline_cpu_s"],
+        "html": html,
+        "kept": writer.get("total", 0),
+        "timeouts": extract.get("timeout", 0),
+        "funnel": funnel,
+        "lingering": res.get("lingering_children", 0),
+    }
 
 
 # ---- ours ---------------------------------------------------------------------------------------------------
+
 
 def use_temp_home(home: Path, crawl_root: Path) -> None:
     """Point the catalog, Dagster and the crawl source at `home` / `crawl_root` (before importing defs)."""
@@ -192,8 +230,11 @@ def use_temp_home(home: Path, crawl_root: Path) -> None:
 
 
 def _failure_message(res) -> str:
-    errors = [str(e.event_specific_data.error.message).strip() for e in res.all_events
-              if e.is_failure and getattr(e.event_specific_data, "error", None) is not None]
+    errors = [
+        str(e.event_specific_data.error.message).strip()
+        for e in res.all_events
+        if e.is_failure and getattr(e.event_specific_data, "error", None) is not None
+    ]
     return errors[-1] if errors else "no error message"
 
 
@@ -217,7 +258,8 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
         responses = 0
         for key in keys:
             res = defs.resolve_job_def("raw_ingest").execute_in_process(
-                instance=instance, partition_key=key, run_config=QUIET_LOGGERS, raise_on_error=False)
+                instance=instance, partition_key=key, run_config=QUIET_LOGGERS, raise_on_error=False
+            )
             if not res.success:
                 raise SystemExit(f"raw_ingest of {key} failed: {_failure_message(res)}")
             for mat in res.asset_materializations_for_node("raw_warc_ingest"):
@@ -226,23 +268,28 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
         out["responses"] = responses
     elif step == "models":
         res = defs.resolve_job_def("curate_models").execute_in_process(
-            instance=instance, run_config=QUIET_LOGGERS, raise_on_error=False)
+            instance=instance, run_config=QUIET_LOGGERS, raise_on_error=False
+        )
         if not res.success:
             raise SystemExit(f"curate_models failed: {_failure_message(res)}")
     else:
         from assets.curated.defs import DOCUMENTS
+        from iceberg_catalog.schemas import CURATED_DOCUMENTS
 
         job = defs.resolve_job_def("curate")
         op_name = defs.get_assets_def(DOCUMENTS).op.name
         # datatrove's setting: 1 s per page (ours counts CPU seconds; our default is a 5 s safety net, chosen so
         # that no ordinary page sits near the limit and decisions stay deterministic)
-        run_config = {**QUIET_LOGGERS, "ops": {op_name: {"config": {"workers": workers,
-                                                                    "extract_timeout_s": BENCH_TIMEOUT_S}}}}
+        run_config = {
+            **QUIET_LOGGERS,
+            "ops": {op_name: {"config": {"workers": workers, "extract_timeout_s": BENCH_TIMEOUT_S}}},
+        }
         totals = {"rows": 0, "kept": 0, "responses_read": 0, "html_documents": 0, "asset_seconds": 0.0}
         decisions: dict[str, int] = {}
         for key in keys:
-            res = job.execute_in_process(instance=instance, partition_key=key, run_config=run_config,
-                                         raise_on_error=False)
+            res = job.execute_in_process(
+                instance=instance, partition_key=key, run_config=run_config, raise_on_error=False
+            )
             if not res.success:
                 raise SystemExit(f"curate of {key} failed: {_failure_message(res)}")
             for mat in res.asset_materializations_for_node(op_name):
@@ -256,8 +303,8 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
                     cells = [c.strip() for c in line.strip("|").split("|")]
                     if len(cells) == 2 and cells[1].isdigit():
                         decisions[cells[0]] = decisions.get(cells[0], 0) + int(cells[1])
-        docs = defs.resources["catalog"].table("curated.documents").scan(selected_fields=("extract_seconds",))
-        extract_s = docs.to_arrow()["extract_seconds"].to_pylist()
+        docs = defs.resources["catalog"].lakehouse().scan(CURATED_DOCUMENTS, ("extract_seconds",))
+        extract_s = docs["extract_seconds"].to_pylist()
         out.update(totals, decisions=decisions, extract_seconds=sum(x for x in extract_s if x is not None))
     instance.dispose()
     out["lingering_children"] = reap_all()
@@ -266,8 +313,18 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
 
 
 def run_ours(step: str, crawl: Path, home: Path, workers: int) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", step, "--crawl", str(crawl), "--home", str(home),
-           "--workers", str(workers)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        step,
+        "--crawl",
+        str(crawl),
+        "--home",
+        str(home),
+        "--workers",
+        str(workers),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     res, wall, cpu = run_child(cmd, env, f"ours ({step})")
     res.update(wall_s=wall, cpu_s=cpu)
@@ -275,6 +332,7 @@ def run_ours(step: str, crawl: Path, home: Path, workers: int) -> dict:
 
 
 # ---- extraction F1 ------------------------------------------------------------------------------------------
+
 
 def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | None:
     """Mean token F1 on the AEB pages: (ours, datatrove, pages), or None without the benchmark data."""
@@ -286,8 +344,12 @@ def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | No
     pages = ext.load_aeb(AEB_TAR)
     with ext.Extractor(timeout_s=timeout_s) as extractor:
         ours = extractor.extract_many((html, "text/html", url) for _, html, url, _ in pages)
-    proc = subprocess.run([venv["python"], str(DT_SCRIPTS / "aeb_extract.py"), "--tar", str(AEB_TAR)],
-                          capture_output=True, text=True, env=clean_env(HF_HUB_OFFLINE="1"))
+    proc = subprocess.run(
+        [venv["python"], str(DT_SCRIPTS / "aeb_extract.py"), "--tar", str(AEB_TAR)],
+        capture_output=True,
+        text=True,
+        env=clean_env(HF_HUB_OFFLINE="1"),
+    )
     if proc.returncode != 0:
         raise BenchFailure(f"datatrove's extraction of the AEB pages failed:\n{proc.stderr[-3000:]}")
     theirs = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -297,6 +359,7 @@ def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | No
 
 
 # ---- report -------------------------------------------------------------------------------------------------
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -327,12 +390,17 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     paths = warc_paths(crawl)
     responses = count_responses(paths)
     mb = sum(p.stat().st_size for p in paths) / 1e6
-    print(f"input: {crawl} - {len(paths)} WARC files, {mb:.1f} MB compressed, {responses} HTTP responses"
-          + (f" ({args.copies} concatenated copies of {args.crawl})" if args.copies > 1 else ""))
+    print(
+        f"input: {crawl} - {len(paths)} WARC files, {mb:.1f} MB compressed, {responses} HTTP responses"
+        + (f" ({args.copies} concatenated copies of {args.crawl})" if args.copies > 1 else "")
+    )
 
     venv = ensure_datatrove_venv(args.venv.resolve())
-    installed = (f"installed in {venv['install_seconds']:.0f} s" if venv["install_seconds"] is not None
-                 else "reused; delete it to time a fresh install")
+    installed = (
+        f"installed in {venv['install_seconds']:.0f} s"
+        if venv["install_seconds"] is not None
+        else "reused; delete it to time a fresh install"
+    )
     print(f"datatrove venv: {args.venv} ({installed}); {venv['versions']}; lid model {venv['lid_model']}")
 
     home = work / "home"
@@ -355,20 +423,29 @@ def run_bench(crawl: Path, work: Path, args) -> int:
         return statistics.median(r[key] for r in runs)
 
     o, d = ours[-1], dts[-1]
-    print(f"\ndocuments: {responses} HTTP responses in; HTML documents considered: ours {o['html_documents']} "
-          f"(HTTP Content-Type), datatrove {d['html']} (WARC-Identified-Payload-Type / libmagic); "
-          f"kept: ours {o['kept']}, datatrove {d['kept']}")
-    print("ours, decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(o["decisions"].items(),
-                                                                       key=lambda kv: (kv[0] == "kept", -kv[1]))))
-    print("datatrove, per block (in -> out: drops): " + "; ".join(f"{n} {i}->{f}" + (f": {r}" if r else "")
-                                                                  for n, i, f, r in d["funnel"]))
+    print(
+        f"\ndocuments: {responses} HTTP responses in; HTML documents considered: ours {o['html_documents']} "
+        f"(HTTP Content-Type), datatrove {d['html']} (WARC-Identified-Payload-Type / libmagic); "
+        f"kept: ours {o['kept']}, datatrove {d['kept']}"
+    )
+    print(
+        "ours, decisions: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(o["decisions"].items(), key=lambda kv: (kv[0] == "kept", -kv[1])))
+    )
+    print(
+        "datatrove, per block (in -> out: drops): "
+        + "; ".join(f"{n} {i}->{f}" + (f": {r}" if r else "") for n, i, f, r in d["funnel"])
+    )
     if d["timeouts"]:
-        print(f"note: datatrove's 1 s wall-clock extraction timeout hit {d['timeouts']} documents in the last run "
-              "(machine load changes this)")
-    print(f"where the wall time goes (last run): ours: extraction {o['extract_seconds']:.2f} s (sum of "
-          f"extract_seconds), the asset bodies {o['asset_seconds']:.2f} s, {len(o['partitions'])} Dagster runs "
-          f"{o['pipeline_wall_s']:.2f} s; datatrove: "
-          + ", ".join(f"{n} {t:.2f} s" for n, t in d["block_s"]))
+        print(
+            f"note: datatrove's 1 s wall-clock extraction timeout hit {d['timeouts']} documents in the last run "
+            "(machine load changes this)"
+        )
+    print(
+        f"where the wall time goes (last run): ours: extraction {o['extract_seconds']:.2f} s (sum of "
+        f"extract_seconds), the asset bodies {o['asset_seconds']:.2f} s, {len(o['partitions'])} Dagster runs "
+        f"{o['pipeline_wall_s']:.2f} s; datatrove: " + ", ".join(f"{n} {t:.2f} s" for n, t in d["block_s"])
+    )
     lingering = [r["lingering_children"] for r in ours] + [r["lingering"] for r in dts]
     if any(lingering):
         print(f"warning: children still running at the end of a measured process: {lingering} (CPU under-counted)")
@@ -380,8 +457,10 @@ def run_bench(crawl: Path, work: Path, args) -> int:
         ("  excl. start-up (job runs only)", med(ours, "pipeline_wall_s"), med(ours, "pipeline_cpu_s")),
         ("ours: raw_ingest + curate", ingest["wall_s"] + med(ours, "wall_s"), ingest["cpu_s"] + med(ours, "cpu_s")),
     ]
-    print(f"\nthroughput, {responses} documents, median of {args.repeats} (per core = documents / CPU s of the "
-          f"process tree; ours workers={args.workers}, datatrove 1 task)")
+    print(
+        f"\nthroughput, {responses} documents, median of {args.repeats} (per core = documents / CPU s of the "
+        f"process tree; ours workers={args.workers}, datatrove 1 task)"
+    )
     print(f"  {'':<36}{'wall s':>8}{'CPU s':>8}{'docs/s wall':>13}{'docs/s/core':>13}")
     for name, wall, cpu in rows:
         print(f"  {name:<36}{wall:>8.2f}{cpu:>8.2f}{responses / wall:>13.1f}{responses / cpu:>13.1f}")
@@ -389,8 +468,10 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     ratio_steady = med(dts, "pipeline_cpu_s") / med(ours, "pipeline_cpu_s")
     ratio_e2e = med(dts, "cpu_s") / (ingest["cpu_s"] + med(ours, "cpu_s"))
     print(f"\nratio ours/datatrove, documents/s per core: {ratio:.2f}x  (goal >= 1.2x)")
-    print(f"  excl. start-up: {ratio_steady:.2f}x;  counting our raw_ingest too (WARC -> curated, as datatrove "
-          f"does): {ratio_e2e:.2f}x;  wall docs/s: {med(dts, 'wall_s') / med(ours, 'wall_s'):.2f}x")
+    print(
+        f"  excl. start-up: {ratio_steady:.2f}x;  counting our raw_ingest too (WARC -> curated, as datatrove "
+        f"does): {ratio_e2e:.2f}x;  wall docs/s: {med(dts, 'wall_s') / med(ours, 'wall_s'):.2f}x"
+    )
 
     if not args.no_f1:
         f1 = extraction_f1(venv, BENCH_TIMEOUT_S)
@@ -398,8 +479,10 @@ def run_bench(crawl: Path, work: Path, args) -> int:
             print(f"\nextraction F1: skipped, benchmark data not found at {AEB_TAR}")
         else:
             f_ours, f_dt, n = f1
-            print(f"\nextraction F1 (ScrapingHub AEB, {n} pages, bag-of-tokens): ours {f_ours:.4f}, "
-                  f"datatrove {f_dt:.4f} (difference {f_ours - f_dt:+.4f})")
+            print(
+                f"\nextraction F1 (ScrapingHub AEB, {n} pages, bag-of-tokens): ours {f_ours:.4f}, "
+                f"datatrove {f_dt:.4f} (difference {f_ours - f_dt:+.4f})"
+            )
     return 0
 
 

@@ -122,8 +122,10 @@ def main() -> None:
     build_base_s, table = best_cpu(lambda: baseline_build(items), args.repeats)
     print("index                         build (CPU s)        bytes   entries")
     print(f"n-gram (13), numpy            {build_ngram_s:13.2f} {ngram_index.nbytes:12,} {len(ngram_index):9,}")
-    print(f"near (bigram anchors+words)   {build_near_s:13.2f} {near_index.nbytes:12,} {len(near_index.anchors):9,}"
-          f"   ({near_index.n_matchable:,} items near-matchable)")
+    print(
+        f"near (bigram anchors+words)   {build_near_s:13.2f} {near_index.nbytes:12,} {len(near_index.anchors):9,}"
+        f"   ({near_index.n_matchable:,} items near-matchable)"
+    )
     print(f"baseline dict of strings      {build_base_s:13.2f} {dict_bytes(table):12,} {len(table):9,}")
     print(f"our n-gram index / baseline memory: {ngram_index.nbytes / dict_bytes(table):.3f}\n")
 
@@ -160,12 +162,20 @@ def main() -> None:
     print(f"matching {len(texts):,} documents ({mb:.1f} MB) against {len(items):,} items   CPU s   docs/s    MB/s")
     for label, seconds in rows:
         print(f"{label:<56} {seconds:7.2f} {len(texts) / seconds:8.0f} {mb / seconds:7.2f}")
-    print(f"ratio, lookup: baseline CPU / ours (13-gram) = {base_s / ngram_s:.2f}x; "
-          f"end to end (baseline + normalise) / find_matches = {(base_s + norm_s) / combined_s:.2f}x")
+    print(
+        f"ratio, lookup: baseline CPU / ours (13-gram) = {base_s / ngram_s:.2f}x; "
+        f"end to end (baseline + normalise) / find_matches = {(base_s + norm_s) / combined_s:.2f}x"
+    )
 
     # Same answers as the baseline for ordinary n-grams (ours also finds short items whole).
-    ours_long = [{m.item_index for m in ms if ngram_index.ngram_counts[m.item_index] > 1 or
-                  len(normalise_words(items[m.item_index].text)) >= DEFAULT_N} for ms in ngram_found]
+    ours_long = [
+        {
+            m.item_index
+            for m in ms
+            if ngram_index.ngram_counts[m.item_index] > 1 or len(normalise_words(items[m.item_index].text)) >= DEFAULT_N
+        }
+        for ms in ngram_found
+    ]
     agree = sum(a == b for a, b in zip(ours_long, base_found))
     print(f"13-gram matches agree with the baseline on {agree}/{len(texts)} documents")
 
@@ -173,8 +183,10 @@ def main() -> None:
     print(f"\nflagged in these untouched documents: {len({k for k, _ in flagged})} of {len(texts)}")
     for k, m in flagged[:30]:
         src, text = docs[k]
-        print(f"  {src} doc {k} [{m.char_start}:{m.char_end}] {m.kind} {m.score:.3f} {items[m.item_index].item_id}: "
-              f"{text[m.char_start:m.char_end]!r:.200}")
+        print(
+            f"  {src} doc {k} [{m.char_start}:{m.char_end}] {m.kind} {m.score:.3f} {items[m.item_index].item_id}: "
+            f"{text[m.char_start : m.char_end]!r:.200}"
+        )
     print(f"\npeak RSS {peak_rss_mib():.0f} MiB")
 
 

@@ -17,11 +17,11 @@ way, then clustering time and peak memory for a million documents' band hashes.
    --big-size members (buckets past MAX_ALL_PAIRS_BUCKET, the star path). Each run is a fresh subprocess;
    peak RSS is its VmHWM from /proc/self/status.
    (a) pure: band by band `band_candidate_pairs`, then `merge_edges` and `cluster_crawl_ordered`;
-   (b) asset: the bands written into a real embedded Iceberg `curated.minhash_bands` (one partition per
+   (b) asset: the bands written into a real embedded Iceberg `dedup.minhash_bands` (one partition per
        crawl, 32-hex doc_ids, in sorted batches of --batch-docs documents as `dedup_minhash` writes them;
        setup, not timed), then
-       `dedup/near_duplicates` materialised without verification (`verify="none"`, or False in older
-       versions of the asset) through Dagster in a fresh process (timed).
+       `dedup/near_duplicates` materialised without verification (`verify="none"`) through Dagster (the
+       dedup state's own definitions) in a fresh process (timed).
    Both check that every planted group comes out as one cluster whose canonical document is its earliest
    member, and that no other document is clustered.
 
@@ -51,8 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import run_reported  # noqa: E402
-from bench.common import BenchFailure, clean_env  # noqa: E402
+from bench.common import BenchFailure, clean_env, run_reported  # noqa: E402
 from bench.curate import DT_VENV, ensure_datatrove_venv  # noqa: E402
 
 WIKI = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -64,6 +63,7 @@ GOAL_VS_DATATROVE, GOAL_VS_NAIVE = 1.5, 20.0
 
 
 # ---- process accounting ------------------------------------------------------------------------------------
+
 
 def cpu_self() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -110,6 +110,7 @@ def ours_env(home: Path | None = None) -> dict:
 
 
 # ---- part 1: signatures per second ---------------------------------------------------------------------------
+
 
 def chunk_paragraphs(paragraphs: list[str], words: int, min_words: int) -> list[str]:
     """Consecutive paragraphs joined into chunks of at least `words` words (a short tail is kept if >= min)."""
@@ -210,9 +211,22 @@ def signature_speed(texts: list[str], args, work: Path) -> dict:
     with open(src / "docs.jsonl", "w", encoding="utf-8") as fh:
         for i, t in enumerate(texts):
             fh.write(json.dumps({"id": str(i), "text": t}) + "\n")
-    cmd = [venv["python"], str(DT_SCRIPT), "--input", str(src), "--work", str(work / "datatrove"),
-           "--n-grams", str(params.n_grams), "--buckets", str(params.bands), "--hashes", str(params.rows),
-           "--seed", str(params.seed)]
+    cmd = [
+        venv["python"],
+        str(DT_SCRIPT),
+        "--input",
+        str(src),
+        "--work",
+        str(work / "datatrove"),
+        "--n-grams",
+        str(params.n_grams),
+        "--buckets",
+        str(params.bands),
+        "--hashes",
+        str(params.rows),
+        "--seed",
+        str(params.seed),
+    ]
     dt, wall, cpu = run_measured(cmd, clean_env(), "datatrove MinhashDedupSignature")
     if dt["documents"] != len(texts):
         raise BenchFailure(f"datatrove's JsonlReader read {dt['documents']} documents of {len(texts)}")
@@ -232,14 +246,21 @@ def print_speed(r: dict) -> tuple[float, float]:
     # the whole child minus the extra bare-loop pass it also ran: what one datatrove process costs
     whole_cpu = dt["child_cpu_s"] - dt["core_cpu_s"]
     overhead = whole_cpu - dt["step_cpu_s"]
-    print(f"  {n:,} documents, {r['words']:,} words; ours {r['shingles']:,} shingles "
-          f"({r['shingles'] / n:.0f}/doc), datatrove {dt['shingles']:,} n-grams ({dt['shingles'] / n:.0f}/doc)")
-    print(f"  signed: ours {r['ours_signed']:,}, datatrove {dt['signed_documents']:,}; {dt['versions']}, "
-          f"{dt['config']}\n")
+    print(
+        f"  {n:,} documents, {r['words']:,} words; ours {r['shingles']:,} shingles "
+        f"({r['shingles'] / n:.0f}/doc), datatrove {dt['shingles']:,} n-grams ({dt['shingles'] / n:.0f}/doc)"
+    )
+    print(
+        f"  signed: ours {r['ours_signed']:,}, datatrove {dt['signed_documents']:,}; {dt['versions']}, {dt['config']}\n"
+    )
     rows = [
         ("ours: signatures() (numpy shingle hashes, datasketch bulk)", r["ours_cpu"], ours, r["shingles"]),
-        ("  of which shingling (normalise + 5-grams)", r["shingling_cpu"], per_core(n, r["shingling_cpu"]),
-         r["shingles"]),
+        (
+            "  of which shingling (normalise + 5-grams)",
+            r["shingling_cpu"],
+            per_core(n, r["shingling_cpu"]),
+            r["shingles"],
+        ),
         ("datatrove: MinhashDedupSignature.run", dt["step_cpu_s"], step, dt["shingles"]),
         ("datatrove: get_shingles + get_signature loop only", dt["core_cpu_s"], core, dt["shingles"]),
         ("datatrove whole process (start-up + read + run)", whole_cpu, per_core(n, whole_cpu), dt["shingles"]),
@@ -247,26 +268,37 @@ def print_speed(r: dict) -> tuple[float, float]:
     print(f"  {'':<50}{'CPU s':>8}{'sigs/s/core':>13}{'ns/shingle':>12}")
     for name, cpu, rate, n_sh in rows:
         print(f"  {name:<50}{cpu:>8.2f}{rate:>13,.0f}{cpu / n_sh * 1e9:>12,.0f}")
-    print(f"  datatrove start-up + imports + JsonlReader, not in the ratio: {overhead:.2f} CPU s "
-          f"(imports and step set-up {dt['imports_cpu_s']:.2f}, reader {dt['reader_cpu_s']:.2f})")
+    print(
+        f"  datatrove start-up + imports + JsonlReader, not in the ratio: {overhead:.2f} CPU s "
+        f"(imports and step set-up {dt['imports_cpu_s']:.2f}, reader {dt['reader_cpu_s']:.2f})"
+    )
     vs_dt = ours / step
-    print(f"  ratio ours / datatrove step: {vs_dt:.2f}x (goal >= {GOAL_VS_DATATROVE}x: "
-          f"{'met' if vs_dt >= GOAL_VS_DATATROVE else 'NOT met'}); vs its bare signature loop "
-          f"{ours / core:.2f}x; vs its whole process {ours / per_core(n, whole_cpu):.2f}x")
+    print(
+        f"  ratio ours / datatrove step: {vs_dt:.2f}x (goal >= {GOAL_VS_DATATROVE}x: "
+        f"{'met' if vs_dt >= GOAL_VS_DATATROVE else 'NOT met'}); vs its bare signature loop "
+        f"{ours / core:.2f}x; vs its whole process {ours / per_core(n, whole_cpu):.2f}x"
+    )
     k = r["naive_docs"]
     naive, ours_sub = per_core(k, r["naive_cpu"]), per_core(k, r["ours_subset_cpu"])
     vs_naive = ours_sub / naive
-    print(f"\n  naive (MinHash(num_perm=112, seed=1), update() per shingle) on {k:,} evenly spaced documents "
-          f"({r['naive_shingles']:,} shingles):")
+    print(
+        f"\n  naive (MinHash(num_perm=112, seed=1), update() per shingle) on {k:,} evenly spaced documents "
+        f"({r['naive_shingles']:,} shingles):"
+    )
     print(f"  {'naive':<50}{r['naive_cpu']:>8.2f}{naive:>13,.0f}{r['naive_cpu'] / r['naive_shingles'] * 1e9:>12,.0f}")
-    print(f"  {'ours, same documents':<50}{r['ours_subset_cpu']:>8.2f}{ours_sub:>13,.0f}"
-          f"{r['ours_subset_cpu'] / r['naive_shingles'] * 1e9:>12,.0f}")
-    print(f"  ratio ours / naive: {vs_naive:.1f}x (goal >= {GOAL_VS_NAIVE:.0f}x: "
-          f"{'met' if vs_naive >= GOAL_VS_NAIVE else 'NOT met'})")
+    print(
+        f"  {'ours, same documents':<50}{r['ours_subset_cpu']:>8.2f}{ours_sub:>13,.0f}"
+        f"{r['ours_subset_cpu'] / r['naive_shingles'] * 1e9:>12,.0f}"
+    )
+    print(
+        f"  ratio ours / naive: {vs_naive:.1f}x (goal >= {GOAL_VS_NAIVE:.0f}x: "
+        f"{'met' if vs_naive >= GOAL_VS_NAIVE else 'NOT met'})"
+    )
     return vs_dt, vs_naive
 
 
 # ---- part 2: generated band hashes --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Planted:
@@ -307,8 +339,9 @@ class Planted:
         return [f"{a:016x}{b:016x}" for a, b in zip(hi.tolist(), lo.tolist())]
 
 
-def plant(n_docs: int, crawls: int, dup_fraction: float, big_groups: int, big_size: int, bands: int = 14,
-          seed: int = 0) -> Planted:
+def plant(
+    n_docs: int, crawls: int, dup_fraction: float, big_groups: int, big_size: int, bands: int = 14, seed: int = 0
+) -> Planted:
     """Near-duplicate groups over random documents; deterministic in its arguments."""
     rng = np.random.default_rng([seed, 1])
     sizes: list[int] = []
@@ -342,9 +375,13 @@ def planted_from(args) -> Planted:
 def check_clusters(planted: Planted, cluster_of: np.ndarray) -> dict:
     expected = planted.expected_cluster_of()
     wrong = np.flatnonzero(cluster_of != expected)
-    return {"groups": planted.groups, "members": int(len(planted.members)),
-            "near_duplicates": int((cluster_of != np.arange(planted.n_docs)).sum()),
-            "wrong_documents": int(len(wrong)), "wrong_examples": wrong[:5].tolist()}
+    return {
+        "groups": planted.groups,
+        "members": int(len(planted.members)),
+        "near_duplicates": int((cluster_of != np.arange(planted.n_docs)).sum()),
+        "wrong_documents": int(len(wrong)),
+        "wrong_examples": wrong[:5].tolist(),
+    }
 
 
 def child_pure(args) -> dict:
@@ -372,9 +409,16 @@ def child_pure(args) -> dict:
     c = cpu_self()
     clusters = cluster_crawl_ordered(planted.crawl_starts, planted.n_docs, edges)
     cluster_cpu = cpu_self() - c
-    out.update(wall_s=time.perf_counter() - t0, cpu_s=cpu_self() - cpu0, generate_cpu_s=gen_cpu,
-               candidates_cpu_s=cand_cpu, merge_cpu_s=merge_cpu, cluster_cpu_s=cluster_cpu, edges=int(len(edges)),
-               peak_rss=proc_status_bytes("VmHWM"))
+    out.update(
+        wall_s=time.perf_counter() - t0,
+        cpu_s=cpu_self() - cpu0,
+        generate_cpu_s=gen_cpu,
+        candidates_cpu_s=cand_cpu,
+        merge_cpu_s=merge_cpu,
+        cluster_cpu_s=cluster_cpu,
+        edges=int(len(edges)),
+        peak_rss=proc_status_bytes("VmHWM"),
+    )
     out["check"] = check_clusters(planted, clusters.cluster_of)
     return out
 
@@ -386,67 +430,95 @@ def _bands_tables(ids: np.ndarray, hashes: np.ndarray, crawl: str):
 
     n, bands = hashes.shape
     for b in range(bands):
-        yield pa.table({
-            "doc_id": ids, "crawl": pa.array([crawl] * n, pa.string()), "segment": pa.array(["s"] * n, pa.string()),
-            "band": np.full(n, b, np.int32), "band_hash": hashes[:, b],
-        }).sort_by([("band_hash", "ascending"), ("doc_id", "ascending")])
+        yield pa.table(
+            {
+                "doc_id": ids,
+                "crawl": pa.array([crawl] * n, pa.string()),
+                "segment": pa.array(["s"] * n, pa.string()),
+                "band": np.full(n, b, np.int32),
+                "band_hash": hashes[:, b],
+            }
+        ).sort_by([("band_hash", "ascending"), ("doc_id", "ascending")])
 
 
 def child_asset_write(args) -> dict:
-    """Setup for the asset path: the generated bands as curated.minhash_bands, one partition per crawl."""
-    from iceberg_catalog import Provenance, config_hash, open_catalog, overwrite_partition
+    """Setup for the asset path: the generated bands as dedup.minhash_bands, one partition per crawl."""
+    from iceberg_catalog import Lakehouse, Provenance, config_hash
+    from iceberg_catalog.schemas import DEDUP_MINHASH_BANDS
 
     planted = planted_from(args)
     ids = np.array(planted.doc_ids(), dtype=object)
     columns = np.stack([planted.band_column(b) for b in range(planted.bands)], axis=1)  # (n_docs, bands)
-    catalog = open_catalog()
+    lakehouse = Lakehouse()
     bounds = planted.crawl_starts + [planted.n_docs]
     rows = 0
     for k, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
         crawl = f"CRAWL-{k:02d}"
+        writer = lakehouse.writer(DEDUP_MINHASH_BANDS, {"crawl": crawl, "segment": "s"})
         # per batch of --batch-docs documents, one sorted row group per band, as dedup_minhash writes them
-        batches = (t for b in range(s, e, args.batch_docs)
-                   for t in _bands_tables(ids[b:min(b + args.batch_docs, e)], columns[b:min(b + args.batch_docs, e)],
-                                          crawl))
-        prov = Provenance(asset_key="dedup/minhash_bands", partition_key=f"{crawl}/s", run_id="bench-dedup",
-                          code_version="bench", config_hash=config_hash({"bench": "dedup", "seed": args.seed}))
-        rows += overwrite_partition(catalog, "curated.minhash_bands", {"crawl": crawl, "segment": "s"}, batches,
-                                    prov).rows
+        for b in range(s, e, args.batch_docs):
+            end = min(b + args.batch_docs, e)
+            for table in _bands_tables(ids[b:end], columns[b:end], crawl):
+                writer.write(table)
+        prov = Provenance(
+            asset_key="dedup/minhash_bands",
+            partition_key=f"{crawl}/s",
+            run_id="bench-dedup",
+            code_version="bench",
+            config_hash=config_hash({"bench": "dedup", "seed": args.seed}),
+        )
+        rows += writer.commit(prov).rows
     return {"rows": rows, "partitions": len(planted.crawl_starts)}
 
 
 def child_asset_run(args) -> dict:
-    """`dedup/near_duplicates` with verify=False through Dagster, in this fresh process; then the check."""
+    """`dedup/near_duplicates` with verify="none" through Dagster, in this fresh process; then the check."""
     import dagster as dg
 
     from orchestration.instance import prepare_dagster_home
 
     prepare_dagster_home()
-    from assets.dedup.defs import NEAR_DUPLICATES, NearDuplicateConfig
-    from iceberg_catalog import open_catalog
-    from orchestration.definitions import defs
-    from orchestration.definitions import resources as default_resources
+    from assets.dedup.defs import NEAR_DUPLICATES, defs
+    from iceberg_catalog import Lakehouse
+    from iceberg_catalog.schemas import DEDUP_NEAR_DUPLICATES
+    from resources import IcebergCatalogResource
+    from resources.executor import TaskExecutorResource
 
-    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
-    op_name = defs.get_assets_def(NEAR_DUPLICATES).op.name
-    # `verify` was a bool, then became "exact" | "estimated" | "none"; either way: candidates unverified
-    no_verify = False if NearDuplicateConfig.model_fields["verify"].annotation is bool else "none"
+    assets = list(defs.assets)
+    op_name = next(a for a in assets if NEAR_DUPLICATES in a.keys).op.name
     out = {"rss_after_imports": proc_status_bytes("VmRSS")}
     with dg.DagsterInstance.get() as instance:
         cpu0, t0 = cpu_self(), time.perf_counter()
-        res = dg.materialize(assets, instance=instance, resources=default_resources(),
-                             selection=dg.AssetSelection.assets(NEAR_DUPLICATES), raise_on_error=False,
-                             run_config={**QUIET_LOGGERS, "ops": {op_name: {"config": {"verify": no_verify}}}})
+        res = dg.materialize(
+            assets,
+            instance=instance,
+            resources={"catalog": IcebergCatalogResource(), "executor": TaskExecutorResource()},
+            selection=dg.AssetSelection.assets(NEAR_DUPLICATES),
+            raise_on_error=False,
+            run_config={**QUIET_LOGGERS, "ops": {op_name: {"config": {"verify": "none"}}}},
+        )
         out.update(wall_s=time.perf_counter() - t0, cpu_s=cpu_self() - cpu0, peak_rss=proc_status_bytes("VmHWM"))
         if not res.success:
-            errors = [str(e.event_specific_data.error.message).strip() for e in res.all_events
-                      if e.is_failure and getattr(e.event_specific_data, "error", None) is not None]
+            errors = [
+                str(e.event_specific_data.error.message).strip()
+                for e in res.all_events
+                if e.is_failure and getattr(e.event_specific_data, "error", None) is not None
+            ]
             raise SystemExit(f"dedup/near_duplicates failed: {errors[-1] if errors else 'no error message'}")
         md = res.asset_materializations_for_node(op_name)[0].metadata
-        out["metadata"] = {k: md[k].value for k in ("documents", "bands", "candidate_pairs", "verified_pairs",
-                                                      "clusters", "near_duplicates", "seconds")}
-    near = open_catalog().load_table("curated.near_duplicates").scan(
-        selected_fields=("doc_id", "cluster_id")).to_arrow()
+        out["metadata"] = {
+            k: md[k].value
+            for k in (
+                "documents",
+                "bands",
+                "candidate_pairs",
+                "verified_pairs",
+                "clusters",
+                "near_duplicates",
+                "seconds",
+            )
+        }
+    near = Lakehouse().scan(DEDUP_NEAR_DUPLICATES, ("doc_id", "cluster_id"))
     planted = planted_from(args)
     position = {d: i for i, d in enumerate(planted.doc_ids())}
     cluster_of = np.arange(planted.n_docs, dtype=np.int64)
@@ -458,23 +530,46 @@ def child_asset_run(args) -> dict:
 
 
 def run_child_step(step: str, args, home: Path | None) -> tuple[dict, float, float]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", step, "--docs", str(args.docs),
-           "--crawls", str(args.crawls), "--dup-fraction", str(args.dup_fraction), "--big-groups",
-           str(args.big_groups), "--big-size", str(args.big_size), "--seed", str(args.seed),
-           "--batch-docs", str(args.batch_docs)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        step,
+        "--docs",
+        str(args.docs),
+        "--crawls",
+        str(args.crawls),
+        "--dup-fraction",
+        str(args.dup_fraction),
+        "--big-groups",
+        str(args.big_groups),
+        "--big-size",
+        str(args.big_size),
+        "--seed",
+        str(args.seed),
+        "--batch-docs",
+        str(args.batch_docs),
+    ]
     return run_measured(cmd, ours_env(home), f"{step} child")
 
 
 def print_check(check: dict) -> bool:
     ok = check["wrong_documents"] == 0
-    print(f"  planted clusters: {check['groups']:,} groups, {check['members']:,} duplicates; found "
-          f"{check['near_duplicates']:,} near duplicates -> "
-          + ("all recovered exactly (same members, earliest member canonical), nothing else clustered" if ok else
-             f"NOT recovered: {check['wrong_documents']:,} documents differ (e.g. indices {check['wrong_examples']})"))
+    print(
+        f"  planted clusters: {check['groups']:,} groups, {check['members']:,} duplicates; found "
+        f"{check['near_duplicates']:,} near duplicates -> "
+        + (
+            "all recovered exactly (same members, earliest member canonical), nothing else clustered"
+            if ok
+            else f"NOT recovered: {check['wrong_documents']:,} documents differ "
+            f"(e.g. indices {check['wrong_examples']})"
+        )
+    )
     return ok
 
 
 # ---- main ---------------------------------------------------------------------------------------------------
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -489,8 +584,9 @@ def main() -> int:
     parser.add_argument("--big-groups", type=int, default=3, help="planted template groups past the pair cap")
     parser.add_argument("--big-size", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-docs", type=int, default=2000,
-                        help="documents per written batch (dedup_minhash's default batch_docs)")
+    parser.add_argument(
+        "--batch-docs", type=int, default=2000, help="documents per written batch (dedup_minhash's default batch_docs)"
+    )
     parser.add_argument("--no-speed", action="store_true", help="skip part 1")
     parser.add_argument("--no-asset", action="store_true", help="skip part 2 (b), the Iceberg + Dagster path")
     parser.add_argument("--child", choices=["pure", "asset-write", "asset-run"], help=argparse.SUPPRESS)
@@ -514,32 +610,46 @@ def run_bench(args, work: Path) -> int:
             print(f"  {note}")
         print_speed(signature_speed(texts, args, work))
 
-    print(f"\n2. Clustering {args.docs:,} documents x 14 bands of generated band hashes over {args.crawls} crawls "
-          f"({args.dup_fraction:.0%} in planted groups of 2-6, plus {args.big_groups} template groups of "
-          f"{args.big_size}); fresh process each, peak RSS = VmHWM")
+    print(
+        f"\n2. Clustering {args.docs:,} documents x 14 bands of generated band hashes over {args.crawls} crawls "
+        f"({args.dup_fraction:.0%} in planted groups of 2-6, plus {args.big_groups} template groups of "
+        f"{args.big_size}); fresh process each, peak RSS = VmHWM"
+    )
     pure, wall, _ = run_child_step("pure", args, None)
-    print(f"  (a) pure path: {pure['wall_s']:.1f} s wall, {pure['cpu_s']:.1f} CPU s "
-          f"(generating the band columns {pure['generate_cpu_s']:.1f}, band_candidate_pairs "
-          f"{pure['candidates_cpu_s']:.1f}, merge_edges {pure['merge_cpu_s']:.1f}, cluster_crawl_ordered "
-          f"{pure['cluster_cpu_s']:.1f}); {pure['edges']:,} edges")
-    print(f"      peak RSS {mib(pure['peak_rss'])} (after setup {mib(pure['rss_after_setup'])}); goal < 2 GiB: "
-          f"{'met' if pure['peak_rss'] < RSS_GOAL_BYTES else 'NOT met'}")
+    print(
+        f"  (a) pure path: {pure['wall_s']:.1f} s wall, {pure['cpu_s']:.1f} CPU s "
+        f"(generating the band columns {pure['generate_cpu_s']:.1f}, band_candidate_pairs "
+        f"{pure['candidates_cpu_s']:.1f}, merge_edges {pure['merge_cpu_s']:.1f}, cluster_crawl_ordered "
+        f"{pure['cluster_cpu_s']:.1f}); {pure['edges']:,} edges"
+    )
+    print(
+        f"      peak RSS {mib(pure['peak_rss'])} (after setup {mib(pure['rss_after_setup'])}); goal < 2 GiB: "
+        f"{'met' if pure['peak_rss'] < RSS_GOAL_BYTES else 'NOT met'}"
+    )
     ok &= print_check(pure["check"])
 
     if not args.no_asset:
         home = work / "home"
         written, wall, _ = run_child_step("asset-write", args, home)
-        print(f"  (b) asset path: wrote {written['rows']:,} rows into curated.minhash_bands ({written['partitions']} "
-              f"partitions) in {wall:.0f} s (setup, not timed below)")
+        print(
+            f"  (b) asset path: wrote {written['rows']:,} rows into dedup.minhash_bands ({written['partitions']} "
+            f"partitions) in {wall:.0f} s (setup, not timed below)"
+        )
         run, wall, cpu = run_child_step("asset-run", args, home)
         md = run["metadata"]
-        print(f"      dedup/near_duplicates (no verification) through Dagster: {run['wall_s']:.1f} s wall, "
-              f"{run['cpu_s']:.1f} CPU s (the asset's own `seconds`: {md['seconds']}); whole child process "
-              f"{wall:.1f} s wall, {cpu:.1f} CPU s")
-        print(f"      {md['documents']:,} documents, {md['bands']} bands, {md['candidate_pairs']:,} candidate pairs, "
-              f"{md['clusters']:,} clusters, {md['near_duplicates']:,} near duplicates, {run['rows']:,} rows written")
-        print(f"      peak RSS {mib(run['peak_rss'])} (after imports {mib(run['rss_after_imports'])}); goal < 2 GiB: "
-              f"{'met' if run['peak_rss'] < RSS_GOAL_BYTES else 'NOT met'}")
+        print(
+            f"      dedup/near_duplicates (no verification) through Dagster: {run['wall_s']:.1f} s wall, "
+            f"{run['cpu_s']:.1f} CPU s (the asset's own `seconds`: {md['seconds']}); whole child process "
+            f"{wall:.1f} s wall, {cpu:.1f} CPU s"
+        )
+        print(
+            f"      {md['documents']:,} documents, {md['bands']} bands, {md['candidate_pairs']:,} candidate pairs, "
+            f"{md['clusters']:,} clusters, {md['near_duplicates']:,} near duplicates, {run['rows']:,} rows written"
+        )
+        print(
+            f"      peak RSS {mib(run['peak_rss'])} (after imports {mib(run['rss_after_imports'])}); goal < 2 GiB: "
+            f"{'met' if run['peak_rss'] < RSS_GOAL_BYTES else 'NOT met'}"
+        )
         ok &= print_check(run["check"])
     if not ok:
         raise BenchFailure("planted near-duplicate clusters were not recovered (see above)")

@@ -25,15 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from datasketch import MinHash  # noqa: E402
 import hashlib  # noqa: E402
 
+from datasketch import MinHash  # noqa: E402
 from datasketch.hashfunc import sha1_hash32  # noqa: E402
 
 from assets.dedup.minhash import (  # noqa: E402
     SCHEME,
     MinHashParams,
-    candidate_pairs,
     band_hashes,
     estimated_jaccard,
     shingles,
@@ -41,19 +40,22 @@ from assets.dedup.minhash import (  # noqa: E402
     signatures,
 )
 from tests.dedup.labelled import build_labelled_set, evaluate, exact_jaccard_all_pairs, format_report  # noqa: E402
+from tests.dedup.reference import candidate_pairs  # noqa: E402
 
 
 def quality(families: int, seeds: list[int]) -> None:
     data = build_labelled_set(None, families, seed=0)
-    print(f"labelled set: {data.n_base} base documents, {data.n_families} families x 15 variants "
-          f"= {len(data.texts):,} documents\n")
+    print(
+        f"labelled set: {data.n_base} base documents, {data.n_families} families x 15 variants "
+        f"= {len(data.texts):,} documents\n"
+    )
     for seed in seeds:
         t0 = time.perf_counter()
         q = evaluate(data, MinHashParams(seed=seed))
         print(format_report(q))
         print(f"(evaluated in {time.perf_counter() - t0:.1f} s)\n")
 
-    print("Remedies for estimate noise at the threshold (MinHash seed %d):" % seeds[0])
+    print(f"Remedies for estimate noise at the threshold (MinHash seed {seeds[0]}):")
     params = MinHashParams(seed=seeds[0])
     sets = [set(shingles(t)) for t in data.texts]
     sigs = [signature_of_shingles(s, params) for s in sets]
@@ -90,6 +92,7 @@ def speed(n_docs: int) -> None:
             for t in texts:
                 m = MinHash(num_perm=params.num_perm, seed=params.seed, hashfunc=hashfunc, scheme=SCHEME)
                 m.update_batch(shingles(t))
+
         return run
 
     def blake2b_32(s: bytes) -> int:
@@ -105,14 +108,18 @@ def speed(n_docs: int) -> None:
         for t in texts:
             shingles(t)
 
-    print(f"Speed on {len(texts)} documents ({n_shingles:,} shingles, {n_shingles / len(texts):.0f} per document), "
-          "best of 3:")
+    print(
+        f"Speed on {len(texts)} documents ({n_shingles:,} shingles, {n_shingles / len(texts):.0f} per document), "
+        "best of 3:"
+    )
     results = {}
-    for name, fn in (("shingling only (normalise + 5-grams)", shingling_only),
-                     ("signatures(): word hashes + update_batch", ours),
-                     ("update_batch, BLAKE2b-32 per shingle", per_shingle(blake2b_32)),
-                     ("update_batch, SHA-1-32 per shingle", per_shingle(sha1_hash32)),
-                     ("naive: MinHash() + update() per shingle", naive)):
+    for name, fn in (
+        ("shingling only (normalise + 5-grams)", shingling_only),
+        ("signatures(): word hashes + update_batch", ours),
+        ("update_batch, BLAKE2b-32 per shingle", per_shingle(blake2b_32)),
+        ("update_batch, SHA-1-32 per shingle", per_shingle(sha1_hash32)),
+        ("naive: MinHash() + update() per shingle", naive),
+    ):
         best = min(_timed(fn) for _ in range(3 if fn is not naive else 1))
         results[name] = best
         print(f"  {name:<46} {len(texts) / best:>9,.0f} docs/s  {best / n_shingles * 1e9:>7,.0f} ns/shingle")

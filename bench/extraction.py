@@ -52,7 +52,9 @@ def load_aeb(tar_path: Path) -> list[tuple[str, bytes, str, str]]:
         pages = []
         for page_id in sorted(truth):
             member = tar.extractfile(f"{PREFIX}html/{page_id}.html.gz")
-            pages.append((page_id, gzip.decompress(member.read()), truth[page_id]["url"], truth[page_id]["articleBody"]))
+            pages.append(
+                (page_id, gzip.decompress(member.read()), truth[page_id]["url"], truth[page_id]["articleBody"])
+            )
     return pages
 
 

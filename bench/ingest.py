@@ -54,8 +54,12 @@ def bare_pass(paths: list[Path]) -> dict:
                 if rec.rec_type == "response":
                     responses += 1
                     response_bytes[segment] = response_bytes.get(segment, 0) + n
-    return {"seconds": time.perf_counter() - t0, "records": records, "responses": responses,
-            "max_segment_response_bytes": max(response_bytes.values(), default=0)}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "records": records,
+        "responses": responses,
+        "max_segment_response_bytes": max(response_bytes.values(), default=0),
+    }
 
 
 def use_temp_home(home: Path, crawl_root: Path) -> None:
@@ -95,15 +99,18 @@ class AssetRunner:
         ingest_seconds = 0.0
         t0 = time.perf_counter()
         for key in self.keys:
-            res = self.job.execute_in_process(instance=self.instance, partition_key=key, run_config=run_config,
-                                              raise_on_error=False)
+            res = self.job.execute_in_process(
+                instance=self.instance, partition_key=key, run_config=run_config, raise_on_error=False
+            )
             if not res.success:
                 failure = res.failure_data_for_node("raw_warc_ingest")
                 error = failure.error if failure is not None else None
                 while error is not None and error.cause is not None:  # the op's own exception, not Dagster's wrapper
                     error = error.cause
-                raise BenchFailure(f"raw ingest of partition {key} failed (run {res.run_id}): "
-                                   f"{error.message.strip() if error is not None else 'no error recorded'}")
+                raise BenchFailure(
+                    f"raw ingest of partition {key} failed (run {res.run_id}): "
+                    f"{error.message.strip() if error is not None else 'no error recorded'}"
+                )
             for mat in res.asset_materializations_for_node("raw_warc_ingest"):
                 meta = mat.metadata
                 if mat.asset_key.path == ["raw", "warc_records"]:
@@ -112,8 +119,14 @@ class AssetRunner:
                     records += _records_by_type(meta["records_by_type"].value)
                 else:
                     rejects += meta["dagster/row_count"].value
-        return {"seconds": time.perf_counter() - t0, "records": records, "responses": responses,
-                "rejects": rejects, "ingest_seconds": ingest_seconds, "partitions": len(self.keys)}
+        return {
+            "seconds": time.perf_counter() - t0,
+            "records": records,
+            "responses": responses,
+            "rejects": rejects,
+            "ingest_seconds": ingest_seconds,
+            "partitions": len(self.keys),
+        }
 
 
 def child_main(mode: str, crawl_root: Path, home: Path, batch_bytes: int | None) -> None:
@@ -136,8 +149,16 @@ def measure_child(mode: str, crawl_root: Path, work: Path, batch_bytes: int | No
     Not rusage: Linux folds the parent's RSS at fork/vfork time into the child's ru_maxrss, so every child of
     this (Dagster-importing) process would report at least the parent's size."""
     home = Path(tempfile.mkdtemp(prefix=f"home-{mode}-", dir=work))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--crawl", str(crawl_root),
-           "--home", str(home)] + (["--batch-bytes", str(batch_bytes)] if batch_bytes else [])
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        mode,
+        "--crawl",
+        str(crawl_root),
+        "--home",
+        str(home),
+    ] + (["--batch-bytes", str(batch_bytes)] if batch_bytes else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     shutil.rmtree(home, ignore_errors=True)
@@ -154,7 +175,8 @@ def check_counts(name: str, asset: dict, bare: dict, factor: int = 1) -> None:
         raise BenchFailure(
             f"{name}: the asset saw {asset['records']} records and stored {asset['responses']} responses "
             f"({asset['rejects']} rejects); warcio sees {bare['records'] * factor} records, "
-            f"{bare['responses'] * factor} responses")
+            f"{bare['responses'] * factor} responses"
+        )
 
 
 def main() -> int:
@@ -190,8 +212,10 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     asset_warm = runner.run_all()  # first run also creates the tables and warms Dagster's storage
     check_counts("1x", asset_warm, bare_warm)
     records = bare_warm["records"]
-    print(f"records: {records} ({bare_warm['responses']} responses, stored by the asset: {asset_warm['responses']}, "
-          f"rejected: {asset_warm['rejects']})")
+    print(
+        f"records: {records} ({bare_warm['responses']} responses, stored by the asset: {asset_warm['responses']}, "
+        f"rejected: {asset_warm['rejects']})"
+    )
     bare_s, asset_s, ingest_s = [], [], []
     for _ in range(args.repeats):
         bare_s.append(bare_pass(paths)["seconds"])
@@ -202,14 +226,21 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     b, a, i = (statistics.median(x) for x in (bare_s, asset_s, ingest_s))
     print(f"\n1. throughput on the sample crawl (median of {args.repeats}, after 1 warm-up)")
     print(f"  {'':<44}{'seconds':>9}{'records/s':>12}{'MB/s':>9}")
-    rows = [("bare warcio loop", b),
-            (f"asset: {len(runner.keys)} materialisations (incl. commits)", a),
-            ("  of which ingest_segment (read+parse+write)", i)]
+    rows = [
+        ("bare warcio loop", b),
+        (f"asset: {len(runner.keys)} materialisations (incl. commits)", a),
+        ("  of which ingest tasks (read+parse+write)", i),
+    ]
     for name, s in rows:
         print(f"  {name:<44}{s:>9.3f}{records / s:>12.0f}{mb / s:>9.2f}")
-    print(f"  ratio asset/bare (records/s): {b / a:.3f}  (the asset takes {a / b:.1f}x the bare loop's time; "
-          f"ingest_segment alone {i / b:.1f}x)")
-    print(f"  outside ingest_segment (Dagster run, Iceberg commits): {(a - i) / len(runner.keys):.3f} s per partition")
+    print(
+        f"  ratio asset/bare (records/s): {b / a:.3f}  (the asset takes {a / b:.1f}x the bare loop's time; "
+        f"the ingest tasks alone {i / b:.1f}x)"
+    )
+    print(
+        f"  outside the ingest tasks (Dagster run, plan, Iceberg commits): "
+        f"{(a - i) / len(runner.keys):.3f} s per partition"
+    )
 
     # 2. peak RSS, one fresh process each
     big = work / f"crawl-{args.copies}x"
@@ -231,19 +262,25 @@ def run_bench(crawl: Path, work: Path, args) -> int:
             check_counts(f"{args.copies}x ({name})", ten, bare_warm, args.copies)
         rate = ten["records"] / ten["seconds"]
         ratios[mode, batch] = ten["peak_rss_mib"] / one["peak_rss_mib"]
-        print(f"  {name:<32}{one['peak_rss_mib']:>7.0f} MiB{ten['peak_rss_mib']:>7.0f} MiB"
-              f"{ten['peak_rss_mib'] / one['peak_rss_mib']:>8.2f}{rate:>16.0f}")
+        print(
+            f"  {name:<32}{one['peak_rss_mib']:>7.0f} MiB{ten['peak_rss_mib']:>7.0f} MiB"
+            f"{ten['peak_rss_mib'] / one['peak_rss_mib']:>8.2f}{rate:>16.0f}"
+        )
     from assets.raw.defs import RawIngestConfig
 
     default_batch = RawIngestConfig.model_fields["batch_bytes"].default
     seg_mib = bare_warm["max_segment_response_bytes"] / (1 << 20)
-    print(f"  the default batch_bytes ({default_batch / (1 << 20):g} MiB) holds the largest segment's responses whole "
-          f"at 1x ({seg_mib:.1f} MiB) but not at {args.copies}x ({seg_mib * args.copies:.0f} MiB): its growth "
-          f"stops at the batch cap; with a batch smaller than one segment, peak RSS does not depend on input size")
+    print(
+        f"  the default batch_bytes ({default_batch / (1 << 20):g} MiB) holds the largest segment's responses whole "
+        f"at 1x ({seg_mib:.1f} MiB) but not at {args.copies}x ({seg_mib * args.copies:.0f} MiB): its growth "
+        f"stops at the batch cap; with a batch smaller than one segment, peak RSS does not depend on input size"
+    )
     if small and ratios["asset", small] > MAX_FLAT_RATIO:
-        raise BenchFailure(f"peak RSS of the asset with batch_bytes={args.small_batch_mib:g} MiB grew "
-                           f"{ratios['asset', small]:.2f}x on {args.copies}x the input (allowed {MAX_FLAT_RATIO}x): "
-                           "memory is not bounded by the batch")
+        raise BenchFailure(
+            f"peak RSS of the asset with batch_bytes={args.small_batch_mib:g} MiB grew "
+            f"{ratios['asset', small]:.2f}x on {args.copies}x the input (allowed {MAX_FLAT_RATIO}x): "
+            "memory is not bounded by the batch"
+        )
     return 0
 
 

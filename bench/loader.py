@@ -38,9 +38,6 @@ fails); 2 when an input file is missing.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -49,7 +46,9 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import sys
 import time  # noqa: E402
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,6 +69,7 @@ WIDE_DOCS_PER_ROW_GROUP = 4
 
 # ---- input ---------------------------------------------------------------------------------------------------
 
+
 def corpus_paragraphs(path: Path = CORPUS, min_chars: int = 200, max_chars: int = 1500) -> list[str]:
     """Real Wikipedia paragraphs (>= min_chars, cut at max_chars), in file order."""
     if not path.is_file():
@@ -79,8 +79,9 @@ def corpus_paragraphs(path: Path = CORPUS, min_chars: int = 200, max_chars: int 
     return [ln[:max_chars] for ln in lines if len(ln) >= min_chars]
 
 
-def write_lakehouse(home: Path, texts: list[str], arrays: list, n_docs: int, docs_per_row_group: int,
-                    seq_len: int, lt) -> str:
+def write_lakehouse(
+    home: Path, texts: list[str], arrays: list, n_docs: int, docs_per_row_group: int, seq_len: int, lt
+) -> str:
     """A temp lakehouse with `n_docs` documents (paragraph i % P under doc id i) in SEGMENTS segments, screened,
     and a published run view over all of them; returns its id."""
     import pyarrow as pa
@@ -88,22 +89,40 @@ def write_lakehouse(home: Path, texts: list[str], arrays: list, n_docs: int, doc
     from assets.run_view import store
     from assets.run_view.mixture import Component
     from assets.tokenized.tokens import tokens_checksum
-    from iceberg_catalog import TABLES, CatalogConfig, PartitionWriter, Provenance, open_catalog
+    from iceberg_catalog import CatalogConfig, Lakehouse, Provenance, TableDef
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS, TOKENIZED_TOKENIZERS
     from tests.run_view import builders
 
-    catalog = open_catalog(CatalogConfig.embedded(home))
+    lakehouse = Lakehouse(CatalogConfig.embedded(home))
 
-    def write(ident: str, partition: dict, rows: list[dict], row_group_rows: int | None = None,
-              partition_key: str | None = None) -> None:
-        writer = PartitionWriter(catalog, ident, partition, row_group_rows=row_group_rows)
+    def write(
+        t: TableDef,
+        partition: dict,
+        rows: list[dict],
+        row_group_rows: int | None = None,
+        partition_key: str | None = None,
+    ) -> None:
+        writer = lakehouse.writer(t, partition, row_group_rows=row_group_rows)
         if rows:
-            writer.write(pa.Table.from_pylist(rows, schema=TABLES[ident].arrow_schema))
-        writer.commit(Provenance(ident, partition_key, "bench-loader", "bench", "bench"))
+            writer.write(pa.Table.from_pylist(rows, schema=t.arrow_schema))
+        writer.commit(Provenance(t.identifier, partition_key, "bench-loader", "bench", "bench"))
 
     info = lt.info
-    write("tokenized.tokenizers", {"tokenizer_id": info.tokenizer_id}, [{
-        "tokenizer_id": info.tokenizer_id, "name": "gpt2", "vocab_size": info.vocab_size, "eos_id": info.eos_id,
-        "bos_id": info.bos_id, "token_dtype": info.token_dtype, "tokenizer_json": lt.json_text}])
+    write(
+        TOKENIZED_TOKENIZERS,
+        {"tokenizer_id": info.tokenizer_id},
+        [
+            {
+                "tokenizer_id": info.tokenizer_id,
+                "name": "gpt2",
+                "vocab_size": info.vocab_size,
+                "eos_id": info.eos_id,
+                "bos_id": info.bos_id,
+                "token_dtype": info.token_dtype,
+                "tokenizer_json": lt.json_text,
+            }
+        ],
+    )
     token_bytes = [a.tobytes() for a in arrays]
     shas = [tokens_checksum(b) for b in token_bytes]
     per_segment = -(-n_docs // SEGMENTS)
@@ -115,24 +134,45 @@ def write_lakehouse(home: Path, texts: list[str], arrays: list, n_docs: int, doc
             url = f"https://en.wikipedia.org/wiki/bench-{i}"
             doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
             key = hashlib.sha256(url.encode()).hexdigest()
-            common = {"doc_id": doc_id, "record_id": f"<urn:uuid:{doc_id}>", "deletion_key": key, "crawl": crawl,
-                      "segment": segment}
-            curated.append({**common, "url": url, "text": texts[p], "kept": True, "language": "en",
-                            "ppl_bucket": "middle"})
-            tokenized.append({"tokenizer_id": info.tokenizer_id, **common, "tokens": token_bytes[p],
-                              "n_tokens": len(arrays[p]), "token_dtype": info.token_dtype, "tokens_sha256": shas[p],
-                              "language": "en", "ppl_bucket": "middle", "host": "en.wikipedia.org",
-                              "domain_class": "org"})
-        write("curated.documents", {"crawl": crawl, "segment": segment}, curated)
-        write("tokenized.documents", {"tokenizer_id": info.tokenizer_id, "crawl": crawl, "segment": segment},
-              tokenized, row_group_rows=docs_per_row_group)
+            common = {
+                "doc_id": doc_id,
+                "record_id": f"<urn:uuid:{doc_id}>",
+                "deletion_key": key,
+                "crawl": crawl,
+                "segment": segment,
+            }
+            curated.append(
+                {**common, "url": url, "text": texts[p], "kept": True, "language": "en", "ppl_bucket": "middle"}
+            )
+            tokenized.append(
+                {
+                    "tokenizer_id": info.tokenizer_id,
+                    **common,
+                    "tokens": token_bytes[p],
+                    "n_tokens": len(arrays[p]),
+                    "token_dtype": info.token_dtype,
+                    "tokens_sha256": shas[p],
+                    "language": "en",
+                    "ppl_bucket": "middle",
+                    "host": "en.wikipedia.org",
+                    "domain_class": "org",
+                }
+            )
+        write(CURATED_DOCUMENTS, {"crawl": crawl, "segment": segment}, curated)
+        write(
+            TOKENIZED_DOCUMENTS,
+            {"tokenizer_id": info.tokenizer_id, "crawl": crawl, "segment": segment},
+            tokenized,
+            row_group_rows=docs_per_row_group,
+        )
     # screening, the gate's checks and the approval exactly as the run view tests do them (the lead's builders)
-    builders.screen(catalog, segments=[f"BENCH-LOADER/seg-{s:02d}" for s in range(SEGMENTS)])
-    spec = store.RunViewSpec(name="bench", tokenizer="gpt2", seed=0, seq_len=seq_len,
-                             components=[Component("all", 1.0)])
-    result = store.build_candidate(catalog, spec, builders.provenance("run_view/candidate", "bench-loader"))
+    builders.screen(lakehouse, segments=[f"BENCH-LOADER/seg-{s:02d}" for s in range(SEGMENTS)])
+    spec = store.RunViewSpec(
+        name="bench", tokenizer="gpt2", seed=0, seq_len=seq_len, components=[Component("all", 1.0)]
+    )
+    result = store.build_candidate(lakehouse, spec, builders.provenance("run_view/candidate", "bench-loader"))
     try:
-        builders.publish(catalog, result, reviewer="bench")  # runs the four blocking checks, then approves
+        builders.publish(lakehouse, result, reviewer="bench")  # runs the four blocking checks, then approves
     except store.RunViewRefused as exc:
         raise BenchFailure(f"the bench run view was not published: {exc}") from exc
     return result.run_view_id
@@ -153,8 +193,8 @@ def write_flat_tokens(view, path: Path) -> int:
     total = 0
     with open(path, "wb") as fh:
         for start in range(0, len(order), 4096):
-            got = view.source.read(order[start:start + 4096])
-            for s in order[start:start + 4096]:
+            got = view.source.read(order[start : start + 4096])
+            for s in order[start : start + 4096]:
                 arr = np.asarray(got[s], dtype=np.uint16)
                 fh.write(arr.tobytes())
                 total += len(arr)
@@ -162,6 +202,7 @@ def write_flat_tokens(view, path: Path) -> int:
 
 
 # ---- 1. throughput ---------------------------------------------------------------------------------------------
+
 
 def memmap_batches(path: Path, batch: int, seq_len: int, steps: int, start_seq: int = 0):
     """nanoGPT-style batches from a flat token memmap: B contiguous seq_len+1 windows -> input_ids, labels."""
@@ -175,7 +216,7 @@ def memmap_batches(path: Path, batch: int, seq_len: int, steps: int, start_seq: 
         rows = []
         for _ in range(batch):
             off = (k % n_seq) * seq_len
-            rows.append(mm[off:off + seq_len + 1])
+            rows.append(mm[off : off + seq_len + 1])
             k += 1
         arr = np.stack(rows).astype(np.int64)
         yield {"input_ids": torch.from_numpy(arr[:, :-1]), "labels": torch.from_numpy(arr[:, 1:])}
@@ -206,22 +247,45 @@ def time_batches(batches, steps: int, consumer_s_per_token: float = 0.0) -> dict
     if close is not None:
         close()
     steady_s = seconds - first_end
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "wait_s": wait,
-            "wait_fraction": wait / seconds, "first_s": first_end,
-            "steady_tokens_per_s": (tokens - first_tokens) / steady_s,
-            "steady_wait_fraction": (wait - first_wait) / steady_s}
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "wait_s": wait,
+        "wait_fraction": wait / seconds,
+        "first_s": first_end,
+        "steady_tokens_per_s": (tokens - first_tokens) / steady_s,
+        "steady_wait_fraction": (wait - first_wait) / steady_s,
+    }
 
 
-def loader_round(home: Path, rv: str, args, *, prefetch: int = 0, num_workers: int = 0, world: int = 1,
-                 rank: int = 0, global_batch: int | None = None, start_step: int = 0,
-                 consumer_s_per_token: float = 0.0) -> dict:
+def loader_round(
+    home: Path,
+    rv: str,
+    args,
+    *,
+    prefetch: int = 0,
+    num_workers: int = 0,
+    world: int = 1,
+    rank: int = 0,
+    global_batch: int | None = None,
+    start_step: int = 0,
+    consumer_s_per_token: float = 0.0,
+) -> dict:
     """One timed pass of RunViewLoader over a freshly opened view (row-group cache cold, page cache warm)."""
     from loader import RunViewLoader, make_state
 
     view = open_view(home, rv)
-    data = RunViewLoader(view, global_batch or args.global_batch, rank=rank, world_size=world, prefetch=prefetch,
-                         num_workers=num_workers, seq_len=args.seq_len,
-                         multiprocessing_context="fork" if num_workers else None)
+    data = RunViewLoader(
+        view,
+        global_batch or args.global_batch,
+        rank=rank,
+        world_size=world,
+        prefetch=prefetch,
+        num_workers=num_workers,
+        seq_len=args.seq_len,
+        multiprocessing_context="fork" if num_workers else None,
+    )
     if start_step:
         data.load_state_dict(make_state(data.plan, start_step))
     return time_batches(data, args.steps, consumer_s_per_token)
@@ -232,7 +296,9 @@ def loader_round(home: Path, rv: str, args, *, prefetch: int = 0, num_workers: i
 # exist"). The text path measured here never touches vision, so the child stands in an empty module for it.
 MOSAIC_STUB = "import sys, types; sys.modules['streaming.vision'] = types.ModuleType('streaming.vision')"
 
-MOSAIC_SCRIPT = MOSAIC_STUB + r'''
+MOSAIC_SCRIPT = (
+    MOSAIC_STUB
+    + r"""
 import json, sys, time
 import numpy as np, torch
 from streaming import MDSWriter, StreamingDataset
@@ -271,7 +337,8 @@ for r in range(repeats + 1):  # round 0 warms the page cache and the index
     del dl, ds
 import streaming
 print(json.dumps({"version": streaming.__version__, "samples": n, "write_s": write_s, "rounds": rounds[1:]}))
-'''
+"""
+)
 
 
 def ensure_mosaic_venv(venv: Path) -> tuple[str | None, str]:
@@ -281,7 +348,10 @@ def ensure_mosaic_venv(venv: Path) -> tuple[str | None, str]:
     except BenchFailure as exc:
         return None, f"MosaicML streaming did not install from the registry: {str(exc).splitlines()[0]}"
     note = "reused" if install_s is None else f"installed in {install_s:.0f} s"
-    check = MOSAIC_STUB + "\nimport streaming, torch, numpy; print(streaming.__version__, torch.__version__, numpy.__version__)"
+    check = (
+        MOSAIC_STUB
+        + "\nimport streaming, torch, numpy; print(streaming.__version__, torch.__version__, numpy.__version__)"
+    )
     proc = subprocess.run([str(python), "-c", check], capture_output=True, text=True, env=clean_env())
     if proc.returncode != 0:
         return None, f"MosaicML streaming's venv {venv} does not import: {proc.stderr.strip().splitlines()[-1:]}"
@@ -293,15 +363,29 @@ def mosaic_rounds(python: str, flat: Path, work: Path, args) -> dict:
     script.write_text(MOSAIC_SCRIPT)
     out = work / "mds"
     shutil.rmtree(out, ignore_errors=True)
-    proc = subprocess.run([python, str(script), str(flat), str(out), str(args.seq_len), str(args.global_batch),
-                           str(args.steps), str(args.repeats)], capture_output=True, text=True, env=clean_env(),
-                          timeout=1800)
+    proc = subprocess.run(
+        [
+            python,
+            str(script),
+            str(flat),
+            str(out),
+            str(args.seq_len),
+            str(args.global_batch),
+            str(args.steps),
+            str(args.repeats),
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=1800,
+    )
     if proc.returncode != 0:
         raise BenchFailure(f"the MosaicML streaming child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # ---- 3. time to first batch (child process) ---------------------------------------------------------------------
+
 
 def child_ttfb(args) -> None:
     """In a fresh process: seconds to import, open, build the loader and get the first batch; prints JSON."""
@@ -325,15 +409,40 @@ def child_ttfb(args) -> None:
     f0 = time.perf_counter()
     row_groups = sum(pq.read_metadata(f.removeprefix("file://")).num_row_groups for f in files)
     footers = time.perf_counter() - f0
-    print(json.dumps({"import_s": t_import - t0, "open_s": t_open - t_import, "init_s": t_init - t_open,
-                      "first_batch_s": t_first - t_init, "total_s": t_first - t0, "after_import_s": t_first - t_import,
-                      "footers_s": footers, "row_groups": row_groups, "files": len(files),
-                      "samples": view.n_samples, "tokens": int(batch["input_ids"].numel())}))
+    print(
+        json.dumps(
+            {
+                "import_s": t_import - t0,
+                "open_s": t_open - t_import,
+                "init_s": t_init - t_open,
+                "first_batch_s": t_first - t_init,
+                "total_s": t_first - t0,
+                "after_import_s": t_first - t_import,
+                "footers_s": footers,
+                "row_groups": row_groups,
+                "files": len(files),
+                "samples": view.n_samples,
+                "tokens": int(batch["input_ids"].numel()),
+            }
+        )
+    )
 
 
 def ttfb_rounds(home: Path, rv: str, bundle: Path | None, args) -> list[dict]:
-    cmd = [sys.executable, __file__, "--child", "ttfb", "--home", str(home), "--run-view", rv,
-           "--seq-len", str(args.seq_len), "--global-batch", str(args.global_batch)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "ttfb",
+        "--home",
+        str(home),
+        "--run-view",
+        rv,
+        "--seq-len",
+        str(args.seq_len),
+        "--global-batch",
+        str(args.global_batch),
+    ]
     if bundle is not None:
         cmd += ["--bundle", str(bundle)]
     out = []
@@ -351,15 +460,19 @@ def med(rounds: list[dict], key: str) -> float:
 
 # ---- the run ----------------------------------------------------------------------------------------------------
 
+
 def run_bench(work: Path, args) -> int:
     from assets.tokenized.tokens import encode_documents, load_tokenizer
     from iceberg_catalog import CatalogConfig, open_catalog
     from loader import export_run_view
 
-    planned = SEGMENTS * -(-(-(-args.docs // SEGMENTS)) // WIDE_DOCS_PER_ROW_GROUP)
+    docs_per_segment = -(-args.docs // SEGMENTS)  # ceiling division
+    planned = SEGMENTS * -(-docs_per_segment // WIDE_DOCS_PER_ROW_GROUP)
     if planned < args.min_row_groups:
-        raise BenchFailure(f"--docs {args.docs} gives the wide view {planned} row groups, fewer than "
-                           f"{args.min_row_groups}; raise --docs (or lower --min-row-groups for a smoke run)")
+        raise BenchFailure(
+            f"--docs {args.docs} gives the wide view {planned} row groups, fewer than "
+            f"{args.min_row_groups}; raise --docs (or lower --min-row-groups for a smoke run)"
+        )
     t_setup = time.perf_counter()
     texts = corpus_paragraphs()
     lt = load_tokenizer(GPT2, "gpt2")
@@ -373,31 +486,43 @@ def run_bench(work: Path, args) -> int:
     n_tokens = write_flat_tokens(prod, flat)
     if n_tokens != prod.tokens_per_epoch:
         raise BenchFailure(f"flat token file holds {n_tokens} tokens, the view {prod.tokens_per_epoch}")
-    bundle = export_run_view(views["wide"], work / "bundle-wide",
-                             catalog=open_catalog(CatalogConfig.embedded(homes["wide"]), create=False))
-    print(f"setup: {len(texts)} paragraphs -> {args.docs} documents, {n_tokens:,} GPT-2 tokens; views prod "
-          f"{views['prod']} ({args.docs_per_row_group} docs/row group), wide {views['wide']} (4 docs/row group); "
-          f"{time.perf_counter() - t_setup:.0f} s (untimed)", flush=True)
+    bundle = export_run_view(
+        views["wide"], work / "bundle-wide", catalog=open_catalog(CatalogConfig.embedded(homes["wide"]), create=False)
+    )
+    print(
+        f"setup: {len(texts)} paragraphs -> {args.docs} documents, {n_tokens:,} GPT-2 tokens; views prod "
+        f"{views['prod']} ({args.docs_per_row_group} docs/row group), wide {views['wide']} (4 docs/row group); "
+        f"{time.perf_counter() - t_setup:.0f} s (untimed)",
+        flush=True,
+    )
 
     # 1. throughput per worker --------------------------------------------------------------------------------
     per_step = args.global_batch * args.seq_len
-    print(f"\n## 1. tokens/s per worker ({args.steps} steps of {args.global_batch} x {args.seq_len} tokens, world 1, "
-          f"median of {args.repeats})", flush=True)
-    rows: dict[str, list[dict]] = {k: [] for k in ("memmap", "ours", "ours+prefetch4", "ours 2 workers",
-                                                   "ours, 4 docs/row group view")}
+    print(
+        f"\n## 1. tokens/s per worker ({args.steps} steps of {args.global_batch} x {args.seq_len} tokens, world 1, "
+        f"median of {args.repeats})",
+        flush=True,
+    )
+    rows: dict[str, list[dict]] = {
+        k: [] for k in ("memmap", "ours", "ours+prefetch4", "ours 2 workers", "ours, 4 docs/row group view")
+    }
     time_batches(memmap_batches(flat, args.global_batch, args.seq_len, 2), 2)  # warm imports
     for r in range(args.repeats):
         start = r * args.steps * args.global_batch
-        rows["memmap"].append(time_batches(memmap_batches(flat, args.global_batch, args.seq_len, args.steps, start),
-                                           args.steps))
+        rows["memmap"].append(
+            time_batches(memmap_batches(flat, args.global_batch, args.seq_len, args.steps, start), args.steps)
+        )
         rows["ours"].append(loader_round(homes["prod"], views["prod"], args, start_step=r * args.steps))
-        rows["ours+prefetch4"].append(loader_round(homes["prod"], views["prod"], args, prefetch=4,
-                                                   start_step=r * args.steps))
+        rows["ours+prefetch4"].append(
+            loader_round(homes["prod"], views["prod"], args, prefetch=4, start_step=r * args.steps)
+        )
         w2 = loader_round(homes["prod"], views["prod"], args, num_workers=2, start_step=r * args.steps)
-        rows["ours 2 workers"].append({**w2, "tokens_per_s": w2["tokens_per_s"] / 2,
-                                       "steady_tokens_per_s": w2["steady_tokens_per_s"] / 2})
-        rows["ours, 4 docs/row group view"].append(loader_round(homes["wide"], views["wide"], args,
-                                                                start_step=r * args.steps))
+        rows["ours 2 workers"].append(
+            {**w2, "tokens_per_s": w2["tokens_per_s"] / 2, "steady_tokens_per_s": w2["steady_tokens_per_s"] / 2}
+        )
+        rows["ours, 4 docs/row group view"].append(
+            loader_round(homes["wide"], views["wide"], args, start_step=r * args.steps)
+        )
     for name, rs in rows.items():
         if any(x["tokens"] != args.steps * per_step for x in rs):
             raise BenchFailure(f"{name} delivered {[x['tokens'] for x in rs]} tokens, expected {args.steps * per_step}")
@@ -412,52 +537,73 @@ def run_bench(work: Path, args) -> int:
     key = "steady_tokens_per_s"
     base = med(rows["memmap"], key)
     mos = med(rows["mosaic streaming"], key) if "mosaic streaming" in rows else None
-    print("| reader | tokens/s per worker (after 1st batch) | ms/step | 1st batch ms | all steps tokens/s "
-          "| vs memmap | vs Mosaic |\n|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| reader | tokens/s per worker (after 1st batch) | ms/step | 1st batch ms | all steps tokens/s "
+        "| vs memmap | vs Mosaic |\n|---|---:|---:|---:|---:|---:|---:|"
+    )
     for name, rs in rows.items():
         tps = med(rs, key)
         vs_mosaic = f"{tps / mos:.2f}x" if mos else "-"
-        print(f"| {name} | {tps:,.0f} | {per_step / tps * 1000:.2f} | {med(rs, 'first_s') * 1000:.1f} | "
-              f"{med(rs, 'tokens_per_s'):,.0f} | {tps / base:.4f}x | {vs_mosaic} |")
-    print(f"Mosaic: {mosaic_note}" + (f"; MDS write {mosaic['write_s']:.1f} s untimed, {mosaic['samples']} samples"
-                                      if mosaic else ""))
+        print(
+            f"| {name} | {tps:,.0f} | {per_step / tps * 1000:.2f} | {med(rs, 'first_s') * 1000:.1f} | "
+            f"{med(rs, 'tokens_per_s'):,.0f} | {tps / base:.4f}x | {vs_mosaic} |"
+        )
+    print(
+        f"Mosaic: {mosaic_note}"
+        + (f"; MDS write {mosaic['write_s']:.1f} s untimed, {mosaic['samples']} samples" if mosaic else "")
+    )
     print("ours 2 workers = aggregate tokens/s of DataLoader(num_workers=2) / 2 on this 2-core machine")
 
     # 2. data-wait at 1M tokens/s/rank --------------------------------------------------------------------------
     spt = 1.0 / CONSUMER_TOKENS_PER_S
     world, gb = 8, args.global_batch * 8
-    print(f"\n## 2. data-wait, rank 0 of world {world} (global batch {gb}: {per_step:,} tokens per rank-step), "
-          f"consumer at {CONSUMER_TOKENS_PER_S:,} tokens/s", flush=True)
+    print(
+        f"\n## 2. data-wait, rank 0 of world {world} (global batch {gb}: {per_step:,} tokens per rank-step), "
+        f"consumer at {CONSUMER_TOKENS_PER_S:,} tokens/s",
+        flush=True,
+    )
     waits = {
         "memmap": time_batches(memmap_batches(flat, args.global_batch, args.seq_len, args.steps), args.steps, spt),
-        "ours, no prefetch": loader_round(homes["prod"], views["prod"], args, world=world, global_batch=gb,
-                                          consumer_s_per_token=spt),
-        "ours, prefetch 2": loader_round(homes["prod"], views["prod"], args, prefetch=2, world=world,
-                                         global_batch=gb, consumer_s_per_token=spt),
-        "ours, prefetch 8": loader_round(homes["prod"], views["prod"], args, prefetch=8, world=world,
-                                         global_batch=gb, consumer_s_per_token=spt),
+        "ours, no prefetch": loader_round(
+            homes["prod"], views["prod"], args, world=world, global_batch=gb, consumer_s_per_token=spt
+        ),
+        "ours, prefetch 2": loader_round(
+            homes["prod"], views["prod"], args, prefetch=2, world=world, global_batch=gb, consumer_s_per_token=spt
+        ),
+        "ours, prefetch 8": loader_round(
+            homes["prod"], views["prod"], args, prefetch=8, world=world, global_batch=gb, consumer_s_per_token=spt
+        ),
     }
-    print("| reader | data-wait fraction | after 1st batch | 1st batch ms | delivered tokens/s | vs consumer rate |\n"
-          "|---|---:|---:|---:|---:|---:|")
+    print(
+        "| reader | data-wait fraction | after 1st batch | 1st batch ms | delivered tokens/s | vs consumer rate |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
     for name, w in waits.items():
-        print(f"| {name} | {w['wait_fraction']:.3f} | {w['steady_wait_fraction']:.3f} | {w['first_s'] * 1000:.1f} | "
-              f"{w['tokens_per_s']:,.0f} | {w['tokens_per_s'] / CONSUMER_TOKENS_PER_S:.3f} |")
+        print(
+            f"| {name} | {w['wait_fraction']:.3f} | {w['steady_wait_fraction']:.3f} | {w['first_s'] * 1000:.1f} | "
+            f"{w['tokens_per_s']:,.0f} | {w['tokens_per_s'] / CONSUMER_TOKENS_PER_S:.3f} |"
+        )
 
     # 3. time to first batch ---------------------------------------------------------------------------------------
     print(f"\n## 3. time to first batch, rank 7 of 8, fresh process (median of {args.repeats})", flush=True)
     cat = ttfb_rounds(homes["wide"], views["wide"], None, args)
     bun = ttfb_rounds(homes["wide"], views["wide"], bundle, args)
     if cat[0]["row_groups"] < args.min_row_groups:
-        raise BenchFailure(f"the wide view has {cat[0]['row_groups']} row groups, fewer than {args.min_row_groups}; "
-                           f"raise --docs")
+        raise BenchFailure(
+            f"the wide view has {cat[0]['row_groups']} row groups, fewer than {args.min_row_groups}; raise --docs"
+        )
     floor = med(cat, "footers_s")
     print(f"view: {cat[0]['row_groups']:,} row groups in {cat[0]['files']} files, {cat[0]['samples']:,} samples")
-    print("| from | import s | open s | loader s | first batch s | total s | after import s | vs footers |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| from | import s | open s | loader s | first batch s | total s | after import s | vs footers |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|"
+    )
     for name, rs in (("catalog", cat), ("bundle", bun)):
         after = med(rs, "after_import_s")
-        print(f"| {name} | {med(rs, 'import_s'):.2f} | {med(rs, 'open_s'):.2f} | {med(rs, 'init_s'):.3f} | "
-              f"{med(rs, 'first_batch_s'):.3f} | {med(rs, 'total_s'):.2f} | {after:.2f} | {after / floor:.1f}x |")
+        print(
+            f"| {name} | {med(rs, 'import_s'):.2f} | {med(rs, 'open_s'):.2f} | {med(rs, 'init_s'):.3f} | "
+            f"{med(rs, 'first_batch_s'):.3f} | {med(rs, 'total_s'):.2f} | {after:.2f} | {after / floor:.1f}x |"
+        )
     print(f"baseline: pyarrow reads the footers of the {cat[0]['files']} token files in {floor:.3f} s")
 
     # 4. state_dict cost ----------------------------------------------------------------------------------------------
@@ -488,10 +634,14 @@ def run_bench(work: Path, args) -> int:
     print("\n## 4. state_dict()\n| | value |\n|---|---:|")
     print(f"| state_dict() per call | {per_call * 1e6:.1f} us ({size} bytes of JSON) |")
     print(f"| share of our step ({step_s * 1000:.1f} ms) | {per_call / step_s:.2e} |")
-    print(f"| share of a 1M tokens/s step ({per_step / CONSUMER_TOKENS_PER_S * 1000:.1f} ms) | "
-          f"{per_call / (per_step / CONSUMER_TOKENS_PER_S):.2e} |")
-    print(f"| load_state_dict + first batch at step 1,000,000 | {resume_s * 1000:.1f} ms "
-          f"(first batch at step 0: {fresh_s * 1000:.1f} ms; ratio {resume_s / fresh_s:.2f}) |")
+    print(
+        f"| share of a 1M tokens/s step ({per_step / CONSUMER_TOKENS_PER_S * 1000:.1f} ms) | "
+        f"{per_call / (per_step / CONSUMER_TOKENS_PER_S):.2e} |"
+    )
+    print(
+        f"| load_state_dict + first batch at step 1,000,000 | {resume_s * 1000:.1f} ms "
+        f"(first batch at step 0: {fresh_s * 1000:.1f} ms; ratio {resume_s / fresh_s:.2f}) |"
+    )
     return 0
 
 

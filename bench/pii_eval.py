@@ -80,8 +80,10 @@ def main() -> int:
 
     examples = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines() if line.strip()]
     n_spans = sum(len(e["spans"]) for e in examples)
-    print(f"labelled set: {len(examples)} texts, {n_spans} labelled spans, "
-          f"{sum(1 for e in examples if not e['spans'])} texts without PII")
+    print(
+        f"labelled set: {len(examples)} texts, {n_spans} labelled spans, "
+        f"{sum(1 for e in examples if not e['spans'])} texts without PII"
+    )
     metrics = evaluate(examples)
     print(format_report(metrics))
     worst = min(min(m["precision"], m["recall"]) for m in metrics.values())
@@ -89,8 +91,10 @@ def main() -> int:
 
     corpora = load_real_text(args.data)
     if not corpora:
-        print(f"real text MISSING: neither {args.data / ENWIKI} nor {args.data / AEB_TAR} exists; "
-              "skipping the speed / stray-hit part (pass --data DIR)")
+        print(
+            f"real text MISSING: neither {args.data / ENWIKI} nor {args.data / AEB_TAR} exists; "
+            "skipping the speed / stray-hit part (pass --data DIR)"
+        )
         return 0
     for name, docs in corpora.items():
         n_bytes = sum(len(d.encode("utf-8")) for d in docs)
@@ -98,9 +102,11 @@ def main() -> int:
         ours = best_of(redact, docs)
         base = best_of(baseline_redact, docs)
         counts = Counter(m.type for _, m in hits)
-        print(f"{name}: {len(docs)} docs, {n_bytes / 1e6:.2f} MB; redact {n_bytes / 1e6 / ours:.2f} MB/s, "
-              f"baseline (email+IPv4) {n_bytes / 1e6 / base:.2f} MB/s, ratio ours/baseline time "
-              f"{ours / base:.1f}x")
+        print(
+            f"{name}: {len(docs)} docs, {n_bytes / 1e6:.2f} MB; redact {n_bytes / 1e6 / ours:.2f} MB/s, "
+            f"baseline (email+IPv4) {n_bytes / 1e6 / base:.2f} MB/s, ratio ours/baseline time "
+            f"{ours / base:.1f}x"
+        )
         print("  hits: " + (", ".join(f"{t}={counts[t]}" for t in PII_TYPES if counts[t]) or "none"))
         for d, m in hits[: args.show]:
             print(f"    {m.type:<14} {d[max(0, m.start - 30) : m.end + 10]!r}")

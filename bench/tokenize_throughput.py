@@ -37,19 +37,18 @@ Exits 1 when a step fails, the two sides disagree on documents or tokens, or the
 
 from __future__ import annotations
 
+import argparse
+import html
+import io
+import json
+import lzma
+import os
+import random
+import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
-
-import argparse  # noqa: E402
-import html  # noqa: E402
-import io  # noqa: E402
-import json  # noqa: E402
-import lzma  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -64,10 +63,11 @@ MAX_FLAT_RATIO = 1.25  # peak RSS Nx / 1x above this means memory grows with the
 GOAL_RATIO = 0.8
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 TOKENIZE_OP = "tokenized__documents"
-ROW_GROUP_DEFAULT = 1024  # TokenizeConfig.docs_per_row_group (checked against it in run_bench)
+ROW_GROUP_DEFAULT = 1024  # TokenizeParams.docs_per_row_group (checked against it in run_bench)
 
 
 # ---- input ---------------------------------------------------------------------------------------------------
+
 
 def corpus_paragraphs(path: Path = CORPUS) -> list[tuple[str, str]]:
     """(article title, paragraph) for every text line of the Wikipedia excerpt, in file order."""
@@ -78,7 +78,7 @@ def corpus_paragraphs(path: Path = CORPUS) -> list[tuple[str, str]]:
         for line in fh:
             line = line.strip()
             if line.startswith("<doc title="):
-                title = line[len('<doc title="'):].rsplit('"', 1)[0]
+                title = line[len('<doc title="') :].rsplit('"', 1)[0]
             elif line and line != "</doc>":
                 out.append((title, line))
     return out
@@ -87,13 +87,22 @@ def corpus_paragraphs(path: Path = CORPUS) -> list[tuple[str, str]]:
 def page_html(title: str, paragraphs: list[str]) -> bytes:
     """A plain article page: what trafilatura keeps is the <h1> and the <p> paragraphs."""
     body = "\n".join(f"<p>{html.escape(p)}</p>" for p in paragraphs)
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"</head>\n<body><nav><a href=\"/\">Main page</a></nav>\n<article><h1>{html.escape(title)}</h1>\n{body}\n"
-            f"</article>\n<footer>Text under CC BY-SA 3.0</footer></body></html>\n").encode("utf-8")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'</head>\n<body><nav><a href="/">Main page</a></nav>\n<article><h1>{html.escape(title)}</h1>\n{body}\n'
+        f"</article>\n<footer>Text under CC BY-SA 3.0</footer></body></html>\n"
+    ).encode()
 
 
-def write_segment(root: Path, segment: str, pages: int, paragraphs: int, corpus: list[tuple[str, str]],
-                  rng: random.Random, pages_per_file: int = 1000) -> int:
+def write_segment(
+    root: Path,
+    segment: str,
+    pages: int,
+    paragraphs: int,
+    corpus: list[tuple[str, str]],
+    rng: random.Random,
+    pages_per_file: int = 1000,
+) -> int:
     """`pages` HTML responses under `root/crawl-data/CRAWL/segments/<segment>/warc/`; returns bytes written."""
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
@@ -110,15 +119,20 @@ def write_segment(root: Path, segment: str, pages: int, paragraphs: int, corpus:
                 title = corpus[picks[0]][0]
                 payload = page_html(title, [corpus[i][1] for i in picks])
                 url = f"https://en.wikipedia.org/wiki/{title.replace(' ', '_')}?page={segment}-{j}"
-                headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"),
-                                                      ("Content-Length", str(len(payload)))], protocol="HTTP/1.1")
-                writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(payload),
-                                                              http_headers=headers))
+                headers = StatusAndHeaders(
+                    "200 OK",
+                    [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(payload)))],
+                    protocol="HTTP/1.1",
+                )
+                writer.write_record(
+                    writer.create_warc_record(url, "response", payload=io.BytesIO(payload), http_headers=headers)
+                )
         total += path.stat().st_size
     return total
 
 
 # ---- the pipeline ----------------------------------------------------------------------------------------------
+
 
 def use_temp_home(home: Path, crawl_root: Path) -> None:
     """Point the catalog, Dagster and the crawl source at `home` / `crawl_root` (before importing defs)."""
@@ -161,8 +175,9 @@ class Pipeline:
         run_config = dict(QUIET_LOGGERS)
         if ops:
             run_config["ops"] = {op: {"config": cfg} for op, cfg in ops.items()}
-        res = self.defs.resolve_job_def(job).execute_in_process(instance=self.instance, partition_key=partition_key,
-                                                                run_config=run_config, raise_on_error=False)
+        res = self.defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance, partition_key=partition_key, run_config=run_config, raise_on_error=False
+        )
         if not res.success:
             raise BenchFailure(f"job {job} {partition_key or ''} failed (run {res.run_id}): {_error_of(res)}")
         return res
@@ -177,14 +192,24 @@ class Pipeline:
         res = self.run("tokenize", self.tokenize_key(segment_key), ops)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         (mat,) = [m for m in res.asset_materializations_for_node(TOKENIZE_OP)]
-        md = {k: v.value for k, v in mat.metadata.items() if k in ("dagster/row_count", "n_tokens", "seconds",
-                                                                    "excluded_duplicates")}
+        md = {
+            k: v.value
+            for k, v in mat.metadata.items()
+            if k in ("dagster/row_count", "n_tokens", "seconds", "excluded_duplicates")
+        }
         checks = res.get_asset_check_evaluations()
         if not checks or not all(c.passed for c in checks):
-            raise BenchFailure(f"tokenized_documents_check did not pass on {segment_key}: "
-                               f"{[c.metadata for c in checks]}")
-        return {"seconds": wall, "cpu_seconds": cpu, "step_seconds": self.step_seconds(res.run_id), "docs": md["dagster/row_count"],
-                "tokens": md["n_tokens"], "in_asset_seconds": md["seconds"]}
+            raise BenchFailure(
+                f"tokenized_documents_check did not pass on {segment_key}: {[c.metadata for c in checks]}"
+            )
+        return {
+            "seconds": wall,
+            "cpu_seconds": cpu,
+            "step_seconds": self.step_seconds(res.run_id),
+            "docs": md["dagster/row_count"],
+            "tokens": md["n_tokens"],
+            "in_asset_seconds": md["seconds"],
+        }
 
     def step_seconds(self, run_id: str) -> dict[str, float]:
         """Wall seconds of each step of a run (STEP_START to STEP_SUCCESS in the event log)."""
@@ -217,8 +242,10 @@ def setup(pipe: Pipeline, keys: list[str], workers: int) -> list[tuple[str, floa
     for key in keys:
         res = step(f"curate {key}", "curate", key, {"curated__documents": {"workers": workers}})
         (mat,) = res.asset_materializations_for_node("curated__documents")
-        timings[-1] = (f"{timings[-1][0]} ({mat.metadata['kept'].value}/{mat.metadata['dagster/row_count'].value} "
-                       "kept)", timings[-1][1])
+        timings[-1] = (
+            f"{timings[-1][0]} ({mat.metadata['kept'].value}/{mat.metadata['dagster/row_count'].value} kept)",
+            timings[-1][1],
+        )
         step(f"minhash {key}", "minhash", key, {"dedup_minhash": {"workers": workers}})
     step("exact_dedup", "exact_dedup")
     step("near_dedup", "near_dedup")
@@ -232,17 +259,16 @@ def kept_texts(segment_key: str) -> list[str]:
     near duplicates with a decision, in scan order."""
     import pyarrow.compute as pc
 
-    from iceberg_catalog import open_catalog
+    from iceberg_catalog import Lakehouse
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES
 
     crawl, segment = segment_key.split("/")
-    catalog = open_catalog()
+    lakehouse = Lakehouse()
     where = f"crawl = '{crawl}' AND segment = '{segment}'"
-    exact = catalog.load_table("curated.exact_duplicates").scan(row_filter=where, selected_fields=("doc_id",)).to_arrow()
-    near = catalog.load_table("curated.near_duplicates").scan(row_filter=where,
-                                                               selected_fields=("doc_id", "decision")).to_arrow()
+    exact = lakehouse.scan(CURATED_EXACT_DUPLICATES, ("doc_id",), where)
+    near = lakehouse.scan(DEDUP_NEAR_DUPLICATES, ("doc_id", "decision"), where)
     drop = set(exact["doc_id"].to_pylist()) | set(near.filter(pc.is_valid(near["decision"]))["doc_id"].to_pylist())
-    docs = catalog.load_table("curated.documents").scan(row_filter=f"{where} AND kept = true",
-                                                        selected_fields=("doc_id", "text")).to_arrow()
+    docs = lakehouse.scan(CURATED_DOCUMENTS, ("doc_id", "text"), f"{where} AND kept = true")
     return [t for d, t in zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist()) if d not in drop]
 
 
@@ -266,7 +292,7 @@ def asset_encode_alone(texts: list[str], docs_per_call: int) -> tuple[float, flo
     lt = load_tokenizer(TOKENIZER_JSON, TOKENIZER_NAME)
     t1 = time.perf_counter()
     for i in range(0, len(texts), docs_per_call):
-        encode_documents(lt, texts[i:i + docs_per_call])
+        encode_documents(lt, texts[i : i + docs_per_call])
     return t1 - t0, time.perf_counter() - t1
 
 
@@ -283,6 +309,7 @@ def encode_in_memory(tok, eos, texts: list[str]) -> tuple[float, int, float]:
 
 
 # ---- peak RSS in fresh processes ------------------------------------------------------------------------------
+
 
 def child_main(mode: str, home: Path, crawl_root: Path, segment_key: str, row_group: int | None) -> None:
     """One measurement in a fresh process; prints one JSON line."""
@@ -302,8 +329,18 @@ def child_main(mode: str, home: Path, crawl_root: Path, segment_key: str, row_gr
 def measure_child(mode: str, home: Path, crawl_root: Path, segment_key: str, row_group: int | None = None) -> dict:
     """Run one child on the shared home; its result plus `peak_rss_mib` (the child's own VmHWM, not rusage,
     which would include this parent's RSS at fork time)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--home", str(home),
-           "--crawl-root", str(crawl_root), "--segment", segment_key]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        mode,
+        "--home",
+        str(home),
+        "--crawl-root",
+        str(crawl_root),
+        "--segment",
+        segment_key,
+    ]
     if row_group:
         cmd += ["--docs-per-row-group", str(row_group)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -316,6 +353,7 @@ def measure_child(mode: str, home: Path, crawl_root: Path, segment_key: str, row
 
 # ---- main ------------------------------------------------------------------------------------------------------
 
+
 def profile_asset(pipe: Pipeline, key: str, top: int) -> None:
     """One more tokenize job under cProfile: where the time outside encode_batch goes."""
     import cProfile
@@ -325,13 +363,15 @@ def profile_asset(pipe: Pipeline, key: str, top: int) -> None:
     prof.enable()
     run = pipe.tokenize(key)
     prof.disable()
-    print(f"\n   cProfile of one tokenize job ({run['seconds']:.2f} s wall incl. profiling overhead), "
-          f"top {top} by own time:")
+    print(
+        f"\n   cProfile of one tokenize job ({run['seconds']:.2f} s wall incl. profiling overhead), "
+        f"top {top} by own time:"
+    )
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
     lines = buf.getvalue().splitlines()
     start = next((i for i, ln in enumerate(lines) if "ncalls" in ln), 0)
-    for ln in lines[start:start + top + 1]:
+    for ln in lines[start : start + top + 1]:
         print("   " + ln[:150])
 
 
@@ -342,8 +382,7 @@ def _check_s(run: dict) -> float:
 def run_bench(args, work: Path) -> int:
     corpus = corpus_paragraphs()
     if not TOKENIZER_JSON.is_file():
-        print(f"tokenizer {TOKENIZER_JSON} is missing (it ships with the repo under data/tokenizers/)",
-              file=sys.stderr)
+        print(f"tokenizer {TOKENIZER_JSON} is missing (it ships with the repo under data/tokenizers/)", file=sys.stderr)
         return 2
     small_key, big_key = f"{CRAWL}/tok-1x", f"{CRAWL}/tok-{args.scale}x"
     crawl_root = work / "crawl"
@@ -351,17 +390,19 @@ def run_bench(args, work: Path) -> int:
     t0 = time.perf_counter()
     mb1 = write_segment(crawl_root, "tok-1x", args.pages, args.paragraphs, corpus, rng) / 1e6
     mbn = write_segment(crawl_root, f"tok-{args.scale}x", args.pages * args.scale, args.paragraphs, corpus, rng) / 1e6
-    print(f"input: {len(corpus)} Wikipedia paragraphs -> {args.paragraphs} per page; {small_key}: {args.pages} pages "
-          f"({mb1:.1f} MB WARC), {big_key}: {args.pages * args.scale} pages ({mbn:.1f} MB WARC), "
-          f"written in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"input: {len(corpus)} Wikipedia paragraphs -> {args.paragraphs} per page; {small_key}: {args.pages} pages "
+        f"({mb1:.1f} MB WARC), {big_key}: {args.pages * args.scale} pages ({mbn:.1f} MB WARC), "
+        f"written in {time.perf_counter() - t0:.1f} s"
+    )
 
     home = work / "home"
     use_temp_home(home, crawl_root)
     pipe = Pipeline()
-    from assets.tokenized.defs import TokenizeConfig
+    from assets.tokenized.tokenize import TokenizeParams
 
-    if TokenizeConfig.model_fields["docs_per_row_group"].default != ROW_GROUP_DEFAULT:
-        raise BenchFailure(f"TokenizeConfig.docs_per_row_group is no longer {ROW_GROUP_DEFAULT}: update the bench")
+    if TokenizeParams().docs_per_row_group != ROW_GROUP_DEFAULT:
+        raise BenchFailure(f"TokenizeParams.docs_per_row_group is no longer {ROW_GROUP_DEFAULT}: update the bench")
     t0 = time.perf_counter()
     timings = setup(pipe, [small_key, big_key], args.workers)
     print(f"\n1. untimed setup ({time.perf_counter() - t0:.0f} s, curate/minhash workers={args.workers}):")
@@ -376,11 +417,13 @@ def run_bench(args, work: Path) -> int:
     for round_no in range(args.repeats + 1):  # round 0 warms both sides up (and creates the table's files)
         asset = pipe.tokenize(big_key)
         bare_s, bare_tokens, bare_cpu = encode_in_memory(tok, eos, texts)
-        encode_call = TokenizeConfig.model_fields["encode_batch_docs"].default
+        encode_call = TokenizeParams().encode_batch_docs
         load_s, chunked_s = asset_encode_alone(texts, max(encode_call, ROW_GROUP_DEFAULT))
         if asset["docs"] != len(texts) or asset["tokens"] != bare_tokens:
-            raise BenchFailure(f"the asset tokenized {asset['docs']} documents / {asset['tokens']} tokens; the same "
-                               f"texts in memory are {len(texts)} documents / {bare_tokens} tokens")
+            raise BenchFailure(
+                f"the asset tokenized {asset['docs']} documents / {asset['tokens']} tokens; the same "
+                f"texts in memory are {len(texts)} documents / {bare_tokens} tokens"
+            )
         if round_no:
             asset_runs.append(asset)
             bare_runs.append(bare_s)
@@ -401,35 +444,52 @@ def run_bench(args, work: Path) -> int:
     # Each round times both sides back to back; the median of per-round ratios is steadier than a ratio of
     # medians when other work on the machine comes and goes.
     ratio_of = {k: statistics.median(b / x for b, x in zip(series["bare"], series[k])) for k in series}
-    print(f"\n2. throughput on {big_key}: {len(texts)} documents, {text_mb:.1f} MB of text, {tokens:,} GPT-2 tokens "
-          f"(EOS included); median of {args.repeats} rounds after 1 warm-up")
+    print(
+        f"\n2. throughput on {big_key}: {len(texts)} documents, {text_mb:.1f} MB of text, {tokens:,} GPT-2 tokens "
+        f"(EOS included); median of {args.repeats} rounds after 1 warm-up"
+    )
     print(f"   {'':<62}{'seconds':>9}{'tokens/s':>12}{'ratio':>8}")
-    rows = [("encode_batch + EOS on a list in memory (upper bound)", "bare"),
-            ("tokenize job, wall (asset + blocking check + Dagster run)", "job"),
-            ("  asset step (read curated -> encode -> write -> commit)", "step"),
-            ("  asset's own 'seconds' (from the read loop to the commit)", "inner")]
+    rows = [
+        ("encode_batch + EOS on a list in memory (upper bound)", "bare"),
+        ("tokenize job, wall (asset + blocking check + Dagster run)", "job"),
+        ("  asset step (read curated -> encode -> write -> commit)", "step"),
+        ("  asset's own 'seconds' (plan, tasks, commit)", "inner"),
+    ]
     for name, k in rows:
         print(f"   {name:<62}{med[k]:>9.3f}{tokens / med[k]:>12,.0f}{ratio_of[k]:>8.2f}")
     ratio = ratio_of["job"]
     per_round = ", ".join(f"{b / j:.2f}" for b, j in zip(series["bare"], series["job"]))
-    print(f"   ratio asset/encode_batch (tokens/s, whole job): {ratio:.2f}  (goal >= {GOAL_RATIO}: "
-          f"{'met' if ratio >= GOAL_RATIO else 'NOT met'}; per round {per_round}); asset step alone: "
-          f"{ratio_of['step']:.2f}")
+    print(
+        f"   ratio asset/encode_batch (tokens/s, whole job): {ratio:.2f}  (goal >= {GOAL_RATIO}: "
+        f"{'met' if ratio >= GOAL_RATIO else 'NOT met'}; per round {per_round}); asset step alone: "
+        f"{ratio_of['step']:.2f}"
+    )
     print(f"   where the job's {med['job'] - med['bare']:.2f} s over encode_batch go (medians of the same rounds):")
-    gaps = [("encode in the asset's encode_batch_docs-document calls (its encode_documents alone)",
-             med["chunked"] - med["bare"]),
-            ("the rest of the asset's read-encode-write loop: read, rows, checksums, Parquet, commit",
-             med["inner"] - med["chunked"]),
-            (f"asset step outside that loop: load_tokenizer (alone: {med['load']:.2f} s), dedup lists, snapshots",
-             med["step"] - med["inner"]),
-            ("asset check step (the partition just written)", med["check"]),
-            ("Dagster run outside the steps", med["job"] - med["step"] - med["check"])]
+    gaps = [
+        (
+            "encode in the asset's encode_batch_docs-document calls (its encode_documents alone)",
+            med["chunked"] - med["bare"],
+        ),
+        (
+            "the rest of the asset's plan, tasks and commit: dedup lists, read, rows, checksums, Parquet, commit",
+            med["inner"] - med["chunked"],
+        ),
+        (
+            f"asset step outside them: load_tokenizer (alone: {med['load']:.2f} s), snapshot pins",
+            med["step"] - med["inner"],
+        ),
+        ("asset check step (the partition just written)", med["check"]),
+        ("Dagster run outside the steps", med["job"] - med["step"] - med["check"]),
+    ]
     for name, sec in gaps:
         print(f"     {name:<96}{sec:>+7.2f} s")
     job_cpu = [r["cpu_seconds"] for r in asset_runs]
     cpu_ratio = statistics.median(b / j for b, j in zip(bare_cpu_runs, job_cpu))
-    print(f"   CPU seconds (all threads; less sensitive to other load on the machine): encode_batch "
-          f"{statistics.median(bare_cpu_runs):.2f}, tokenize job {statistics.median(job_cpu):.2f}; ratio {cpu_ratio:.2f}")
+    print(
+        f"   CPU seconds (all threads; less sensitive to other load on the machine): encode_batch "
+        f"{statistics.median(bare_cpu_runs):.2f}, tokenize job {statistics.median(job_cpu):.2f}; "
+        f"ratio {cpu_ratio:.2f}"
+    )
     if args.profile:
         profile_asset(pipe, big_key, args.profile_top)
 
@@ -437,8 +497,10 @@ def run_bench(args, work: Path) -> int:
     print(f"\n3. peak RSS of the tokenize job, fresh subprocess each ({small_key} vs {big_key})")
     idle = measure_child("idle", home, crawl_root, small_key)
     print(f"   baseline (imports + Dagster instance, nothing read): {idle['peak_rss_mib']:.0f} MiB")
-    print(f"   {'':<46}{'docs 1x':>8}{'RSS 1x':>10}{f'docs {args.scale}x':>8}{f'RSS {args.scale}x':>10}{'ratio':>8}"
-          f"{'check s 1x / ' + str(args.scale) + 'x':>20}")
+    print(
+        f"   {'':<46}{'docs 1x':>8}{'RSS 1x':>10}{f'docs {args.scale}x':>8}{f'RSS {args.scale}x':>10}{'ratio':>8}"
+        f"{'check s 1x / ' + str(args.scale) + 'x':>20}"
+    )
     configs = [("tokenize job, default docs_per_row_group", "job", None)]
     if args.small_row_group:
         configs.append((f"tokenize job, docs_per_row_group={args.small_row_group}", "job", args.small_row_group))
@@ -448,12 +510,16 @@ def run_bench(args, work: Path) -> int:
         one = measure_child(mode, home, crawl_root, small_key, rg)
         big = measure_child(mode, home, crawl_root, big_key, rg)
         ratios[mode, rg] = big["peak_rss_mib"] / one["peak_rss_mib"]
-        checks = (f"{_check_s(one):.2f} / {_check_s(big):.2f}" if mode == "job" else "")
-        print(f"   {name:<46}{one['docs']:>8}{one['peak_rss_mib']:>6.0f} MiB{big['docs']:>8}"
-              f"{big['peak_rss_mib']:>6.0f} MiB{ratios[mode, rg]:>8.2f}{checks:>20}")
+        checks = f"{_check_s(one):.2f} / {_check_s(big):.2f}" if mode == "job" else ""
+        print(
+            f"   {name:<46}{one['docs']:>8}{one['peak_rss_mib']:>6.0f} MiB{big['docs']:>8}"
+            f"{big['peak_rss_mib']:>6.0f} MiB{ratios[mode, rg]:>8.2f}{checks:>20}"
+        )
     if ratios["job", None] > MAX_FLAT_RATIO:
-        raise BenchFailure(f"peak RSS of the tokenize job grew {ratios['job', None]:.2f}x on {args.scale}x the input "
-                           f"(allowed {MAX_FLAT_RATIO}x): memory is not bounded by docs_per_row_group")
+        raise BenchFailure(
+            f"peak RSS of the tokenize job grew {ratios['job', None]:.2f}x on {args.scale}x the input "
+            f"(allowed {MAX_FLAT_RATIO}x): memory is not bounded by docs_per_row_group"
+        )
     return 0
 
 
@@ -464,8 +530,9 @@ def main() -> int:
     parser.add_argument("--paragraphs", type=int, default=8, help="Wikipedia paragraphs per page")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (>= 1)")
     parser.add_argument("--workers", type=int, default=2, help="curate/minhash processes in the untimed setup")
-    parser.add_argument("--small-row-group", type=int, default=256, help="also measure RSS with this "
-                        "docs_per_row_group (0 skips)")
+    parser.add_argument(
+        "--small-row-group", type=int, default=256, help="also measure RSS with this docs_per_row_group (0 skips)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="one more tokenize job under cProfile")
     parser.add_argument("--profile-top", type=int, default=15)

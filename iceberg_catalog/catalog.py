@@ -19,7 +19,6 @@ from pathlib import Path
 import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.table import Table
 
 from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
 
@@ -128,10 +127,3 @@ def open_catalog(config: CatalogConfig | None = None, *, create: bool = True) ->
     if create:
         ensure_tables(catalog)
     return catalog
-
-
-def load_table(catalog: Catalog, identifier: str) -> Table:
-    """Load a declared table, with a clear error for an undeclared identifier."""
-    if identifier not in TABLES:
-        raise KeyError(f"unknown table {identifier!r}; declared tables: {sorted(TABLES)}")
-    return catalog.load_table(identifier)

@@ -21,7 +21,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 
@@ -109,46 +110,75 @@ def table_commit_lock(catalog_fingerprint: str, identifier: str) -> Iterator[Non
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class PartitionWriter:
-    """Stream Arrow batches of one partition into Parquet data files, then commit them as the partition.
+@dataclass(frozen=True)
+class TaskOutput:
+    """Where one task writes one table's data files: under the table's location, in the partition's folder,
+    named `<run>-<task index>-<file>-<attempt>` so that path order is plan order whatever ran first, and a
+    retried task never collides with the files of an earlier attempt. Picklable."""
 
-    Usage: `w = PartitionWriter(catalog, "raw.warc_records", {"crawl": c, "segment": s})`, `w.write(batch)`
-    any number of times, then `w.commit(provenance)`. Every row must belong to the partition.
-    """
+    table: str
+    location: str
+    partition: Mapping[str, str]
+    run: str
+    task_index: int
+    io_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def path(self, n: int, attempt: str) -> str:
+        name = "-".join(f"{k}={v}".replace("/", "_") for k, v in sorted(self.partition.items())) or "all"
+        return f"{self.location.rstrip('/')}/data/{name}/{self.run}-{self.task_index:05d}-{n:05d}-{attempt}.parquet"
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """Data files a task wrote for one table partition (not yet visible: only a commit makes them so)."""
+
+    table: str
+    partition: Mapping[str, str]
+    task_index: int
+    paths: tuple[str, ...]
+    rows: int
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What `run_task` returns: the files it wrote per table, and its stats (plain, JSON-able values)."""
+
+    task_index: int
+    files: tuple[WrittenFiles, ...] = ()
+    stats: Mapping[str, object] = field(default_factory=dict)
+
+
+class FileWriter:
+    """Stream Arrow batches of one partition into Parquet data files at a `TaskOutput` (no catalog needed).
+
+    Rows are cast to the declared schema (its field ids are what readers resolve columns by; `ensure_tables`
+    refuses a catalog table that drifted from it) and must all belong to the partition."""
 
     def __init__(
         self,
-        catalog: Catalog,
-        identifier: str,
-        partition: Mapping[str, str],
+        output: TaskOutput,
         *,
-        catalog_fingerprint: str = "",
         target_file_bytes: int = 256 << 20,
         row_group_rows: int | None = None,
-        max_attempts: int = 8,
+        io: FileIO | None = None,
     ) -> None:
-        self.table_def: TableDef = TABLES[identifier]
-        missing = set(self.table_def.partition_by) - set(partition)
-        if missing or set(partition) - set(self.table_def.partition_by):
-            raise ValueError(
-                f"{identifier} is partitioned by {self.table_def.partition_by}; got partition {dict(partition)!r}"
-            )
-        self.catalog = catalog
-        self.identifier = identifier
-        self.partition = dict(partition)
-        self.catalog_fingerprint = catalog_fingerprint
+        table_def: TableDef = TABLES[output.table]
+        partition = dict(output.partition)
+        if set(partition) != set(table_def.partition_by):
+            raise ValueError(f"{output.table} is partitioned by {table_def.partition_by}; got partition {partition!r}")
+        self.output = output
+        self.identifier = output.table
+        self.partition = partition
+        self.schema = table_def.arrow_schema
         self.target_file_bytes = target_file_bytes
         self.row_group_rows = row_group_rows
-        self.max_attempts = max_attempts
-        self.table: Table = catalog.load_table(identifier)
-        # written with the catalog's schema: its field ids are what readers resolve columns by
-        self.schema = schema_to_pyarrow(self.table.schema())
+        self.io = io or load_file_io(dict(output.io_properties), output.location)
         self.paths: list[str] = []
         self.rows = 0
+        self._attempt = uuid.uuid4().hex[:8]
         self._writer: pq.ParquetWriter | None = None
         self._stream = None
         self._file_bytes = 0
-        self._run_uuid = uuid.uuid4().hex
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Append rows to the current data file (a new file starts past `target_file_bytes`)."""
@@ -165,7 +195,6 @@ class PartitionWriter:
             self._close_file()
 
     def _conform(self, table: pa.Table) -> pa.Table:
-        """Cast to the declared schema (field ids, nullability) and check the partition columns."""
         try:
             table = table.select(self.schema.names).cast(self.schema)
         except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
@@ -183,10 +212,8 @@ class PartitionWriter:
         return table
 
     def _open_file(self) -> None:
-        location = self.table.location().rstrip("/")
-        name = "-".join(f"{k}={v}".replace("/", "_") for k, v in sorted(self.partition.items()))
-        path = f"{location}/data/{name}/{self._run_uuid}-{len(self.paths):05d}.parquet"
-        self._stream = self.table.io.new_output(path).create(overwrite=False)
+        path = self.output.path(len(self.paths), self._attempt)
+        self._stream = self.io.new_output(path).create(overwrite=False)
         self._writer = pq.ParquetWriter(self._stream, self.schema, compression="zstd")
         self.paths.append(path)
         self._file_bytes = 0
@@ -198,52 +225,170 @@ class PartitionWriter:
             self._writer = None
             self._stream = None
 
-    def commit(self, provenance: Provenance) -> CommitResult:
-        """Atomically replace the partition's rows with what was written (an empty partition is valid)."""
+    def close(self) -> WrittenFiles:
+        """Finish the last file; what was written, for the commit."""
         self._close_file()
-        props = provenance.snapshot_properties()
-        predicate = partition_filter(self.partition)
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                with table_commit_lock(self.catalog_fingerprint, self.identifier):
-                    table = self.catalog.load_table(self.identifier)
-                    with table.transaction() as tx, warnings.catch_warnings():
-                        # "Delete operation did not match any records" on a first materialisation is expected.
-                        warnings.filterwarnings("ignore", message="Delete operation did not match")
-                        tx.delete(predicate, snapshot_properties=props)
-                        if self.paths:
-                            tx.add_files(self.paths, snapshot_properties=props, check_duplicate_files=False)
-                        else:
-                            # an empty partition still leaves a snapshot: every materialisation is on record
-                            tx.append(self.schema.empty_table(), snapshot_properties=props)
-                    table = self.catalog.load_table(self.identifier)
-                break
-            except CommitFailedException as exc:
-                if attempts >= self.max_attempts:
-                    raise CommitFailedException(
-                        f"gave up committing partition {self.partition} of {self.identifier} after {attempts} "
-                        f"attempts: {exc}"
-                    ) from exc
-                delay = min(30.0, 0.2 * 2**attempts) * (0.5 + random.random())
-                log.warning("commit conflict on %s (attempt %d), retrying in %.1fs: %s", self.identifier, attempts, delay, exc)
-                time.sleep(delay)
-        snap = table.current_snapshot()
-        return CommitResult(self.identifier, snap.snapshot_id if snap else None, self.rows, len(self.paths), attempts)
+        return WrittenFiles(self.identifier, self.partition, self.output.task_index, tuple(self.paths), self.rows)
 
 
-def overwrite_partition(
+def task_output(
+    table: Table,
+    partition: Mapping[str, str],
+    run: str,
+    task_index: int,
+    io_properties: Mapping[str, str] | None = None,
+) -> TaskOutput:
+    """The output of task `task_index` of run `run` for one partition of `table`."""
+    identifier = ".".join(table.name()[-2:])
+    return TaskOutput(
+        identifier,
+        table.location(),
+        dict(partition),
+        run,
+        task_index,
+        dict(io_properties if io_properties is not None else table.io.properties),
+    )
+
+
+def commit_partition(
     catalog: Catalog,
     identifier: str,
     partition: Mapping[str, str],
-    batches: Iterable[pa.RecordBatch | pa.Table],
+    paths: Sequence[str],
     provenance: Provenance,
     *,
     catalog_fingerprint: str = "",
+    rows: int = 0,
+    max_attempts: int = 8,
 ) -> CommitResult:
-    """Replace one partition of `identifier` with `batches` in a single provenance-carrying commit."""
-    writer = PartitionWriter(catalog, identifier, partition, catalog_fingerprint=catalog_fingerprint)
-    for batch in batches:
-        writer.write(batch)
-    return writer.commit(provenance)
+    """Atomically replace `partition` of `identifier` with the data files `paths` (in that order), in ONE
+    Iceberg transaction carrying the provenance properties; an empty list leaves an empty partition."""
+    table_def = TABLES[identifier]
+    if set(partition) != set(table_def.partition_by):
+        raise ValueError(f"{identifier} is partitioned by {table_def.partition_by}; got partition {dict(partition)!r}")
+    props = provenance.snapshot_properties()
+    predicate = partition_filter(partition)
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            with table_commit_lock(catalog_fingerprint, identifier):
+                table = catalog.load_table(identifier)
+                with table.transaction() as tx, warnings.catch_warnings():
+                    # "Delete operation did not match any records" on a first materialisation is expected.
+                    warnings.filterwarnings("ignore", message="Delete operation did not match")
+                    tx.delete(predicate, snapshot_properties=props)
+                    if paths:
+                        tx.add_files(list(paths), snapshot_properties=props, check_duplicate_files=False)
+                    else:
+                        # an empty partition still leaves a snapshot: every materialisation is on record
+                        tx.append(schema_to_pyarrow(table.schema()).empty_table(), snapshot_properties=props)
+                table = catalog.load_table(identifier)
+            break
+        except CommitFailedException as exc:
+            if attempts >= max_attempts:
+                raise CommitFailedException(
+                    f"gave up committing partition {dict(partition)} of {identifier} after {attempts} attempts: {exc}"
+                ) from exc
+            delay = min(30.0, 0.2 * 2**attempts) * (0.5 + random.random())
+            log.warning("commit conflict on %s (attempt %d), retrying in %.1fs: %s", identifier, attempts, delay, exc)
+            time.sleep(delay)
+    snap = table.current_snapshot()
+    return CommitResult(identifier, snap.snapshot_id if snap else None, rows, len(paths), attempts)
+
+
+def commit_results(
+    catalog: Catalog,
+    results: Iterable[TaskResult],
+    expected: Mapping[str, Mapping[str, str]],
+    provenance: Mapping[str, Provenance],
+    *,
+    catalog_fingerprint: str = "",
+) -> dict[str, CommitResult]:
+    """Commit every task's files: per table of `expected` ({identifier: partition}), one transaction that
+    replaces exactly that partition with the files of all tasks in task-index order, so the table does not
+    depend on the order tasks finished in or on how the plan grouped them."""
+    by_table: dict[str, list[WrittenFiles]] = {ident: [] for ident in expected}
+    for result in results:
+        for written in result.files:
+            if written.table not in by_table:
+                raise ValueError(f"task {result.task_index} wrote {written.table}, not one of {sorted(by_table)}")
+            if dict(written.partition) != dict(expected[written.table]):
+                raise ValueError(
+                    f"task {result.task_index} wrote partition {dict(written.partition)} of "
+                    f"{written.table}; this commit replaces {dict(expected[written.table])}"
+                )
+            by_table[written.table].append(written)
+    out = {}
+    for ident, written in by_table.items():
+        written.sort(key=lambda w: w.task_index)
+        paths = [p for w in written for p in w.paths]
+        out[ident] = commit_partition(
+            catalog,
+            ident,
+            expected[ident],
+            paths,
+            provenance[ident],
+            catalog_fingerprint=catalog_fingerprint,
+            rows=sum(w.rows for w in written),
+        )
+    return out
+
+
+class PartitionWriter:
+    """Stream Arrow batches of one partition into data files, then commit them as the partition, in one
+    process: `w = lakehouse.writer(RAW_WARC_RECORDS, {"crawl": c, "segment": s})`, `w.write(batch)` any
+    number of times, then `w.commit(provenance)`. Every row must belong to the partition."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str,
+        partition: Mapping[str, str],
+        *,
+        catalog_fingerprint: str = "",
+        target_file_bytes: int = 256 << 20,
+        row_group_rows: int | None = None,
+        max_attempts: int = 8,
+    ) -> None:
+        if identifier not in TABLES:
+            raise KeyError(f"unknown table {identifier!r}; declared tables: {sorted(TABLES)}")
+        self.catalog = catalog
+        self.identifier = identifier
+        self.catalog_fingerprint = catalog_fingerprint
+        self.max_attempts = max_attempts
+        table = catalog.load_table(identifier)
+        self._files = FileWriter(
+            task_output(table, partition, uuid.uuid4().hex, 0),
+            target_file_bytes=target_file_bytes,
+            row_group_rows=row_group_rows,
+            io=table.io,
+        )
+        self.partition = self._files.partition
+        self.schema = self._files.schema
+
+    @property
+    def paths(self) -> list[str]:
+        return self._files.paths
+
+    @property
+    def rows(self) -> int:
+        return self._files.rows
+
+    def write(self, data: pa.RecordBatch | pa.Table) -> None:
+        """Append rows to the current data file (a new file starts past `target_file_bytes`)."""
+        self._files.write(data)
+
+    def commit(self, provenance: Provenance) -> CommitResult:
+        """Atomically replace the partition's rows with what was written (an empty partition is valid)."""
+        written = self._files.close()
+        return commit_partition(
+            self.catalog,
+            self.identifier,
+            self.partition,
+            written.paths,
+            provenance,
+            catalog_fingerprint=self.catalog_fingerprint,
+            rows=written.rows,
+            max_attempts=self.max_attempts,
+        )

@@ -13,8 +13,9 @@ is the rest, in the order `erase_rows` runs it:
 5. The proof: `count_matching_in_retained_snapshots` (a real scan of every retained snapshot) and
    `find_bytes_in_files` (raw bytes plus decoded Parquet values and decompressed Avro blocks on disk).
 
-Every step holds `commit.table_commit_lock`, the lock `PartitionWriter` commits under, so no pipeline
-commit lands between the sweep reading the references and deleting. A writer's files exist before its
+The API is per pyiceberg `Table` (`lakehouse.table(T)`); every step holds `commit.table_commit_lock`, the
+lock `PartitionWriter` commits under, keyed by `catalog_fingerprint` (pass `Lakehouse.lock_key`), so no
+pipeline commit lands between the sweep reading the references and deleting. A writer's files exist before its
 commit, though, so the sweep tells two kinds of unreferenced file apart: a file some snapshot in the
 metadata log once referenced (an expired snapshot's data, manifests, manifest list) was committed and goes
 at once; a file no snapshot ever referenced may belong to a writer about to commit and goes only once it is
@@ -98,7 +99,9 @@ def _locked(table: Table, catalog_fingerprint: str, action: Callable[[Table], T]
                     f"gave up on maintenance of {table_identifier(table)} after {attempts} attempts: {exc}"
                 ) from exc
             delay = min(10.0, 0.1 * 2**attempts) * (0.5 + random.random())
-            log.warning("commit conflict on %s (attempt %d), retrying in %.1fs", table_identifier(table), attempts, delay)
+            log.warning(
+                "commit conflict on %s (attempt %d), retrying in %.1fs", table_identifier(table), attempts, delay
+            )
             time.sleep(delay)
 
 
@@ -444,7 +447,9 @@ def sweep_orphan_files(
         return orphans
 
     removed = _locked(table, catalog_fingerprint, act)
-    log.info("%s %d orphan files of %s", "would remove" if dry_run else "removed", len(removed), table_identifier(table))
+    log.info(
+        "%s %d orphan files of %s", "would remove" if dry_run else "removed", len(removed), table_identifier(table)
+    )
     return removed
 
 
@@ -465,7 +470,9 @@ def count_matching_in_retained_snapshots(table: Table, row_filter: str | Boolean
     first = table.schema().fields[0].name
     counts: dict[int, int] = {}
     for snap in table.snapshots():
-        reader = table.scan(row_filter=expr, selected_fields=(first,), snapshot_id=snap.snapshot_id).to_arrow_batch_reader()
+        reader = table.scan(
+            row_filter=expr, selected_fields=(first,), snapshot_id=snap.snapshot_id
+        ).to_arrow_batch_reader()
         counts[snap.snapshot_id] = sum(batch.num_rows for batch in reader)
     return counts
 
@@ -473,8 +480,11 @@ def count_matching_in_retained_snapshots(table: Table, row_filter: str | Boolean
 def refs_reading_rows(table: Table, matching_rows_by_snapshot: Mapping[int, int]) -> dict[str, int]:
     """The tags/branches whose head still reads matching rows (from `count_matching_in_retained_snapshots`):
     what keeps an erasure from completing, e.g. `runview-<id>` tags of views not yet superseded."""
-    return {name: matching_rows_by_snapshot[ref.snapshot_id] for name, ref in sorted(table.refs().items())
-            if matching_rows_by_snapshot.get(ref.snapshot_id)}
+    return {
+        name: matching_rows_by_snapshot[ref.snapshot_id]
+        for name, ref in sorted(table.refs().items())
+        if matching_rows_by_snapshot.get(ref.snapshot_id)
+    }
 
 
 def _avro_blocks(raw: bytes) -> Iterable[bytes]:
@@ -639,5 +649,13 @@ def erase_rows(
     expired = expire_snapshots(table, keep_last, **kw)
     files = sweep_orphan_files(table, uncommitted_min_age_seconds=uncommitted_min_age_seconds, **kw)
     proof = count_matching_in_retained_snapshots(table, row_filter) if row_filter is not None else {}
-    return MaintenanceReport(table_identifier(table), rows, cleanup, tuple(removed_refs), tuple(expired),
-                             tuple(files), proof, refs_reading_rows(table, proof))
+    return MaintenanceReport(
+        table_identifier(table),
+        rows,
+        cleanup,
+        tuple(removed_refs),
+        tuple(expired),
+        tuple(files),
+        proof,
+        refs_reading_rows(table, proof),
+    )

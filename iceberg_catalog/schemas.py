@@ -26,8 +26,9 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-# One namespace per state (DESIGN.md): created up front so every later asset can assume them.
-NAMESPACES: tuple[str, ...] = ("raw", "curated", "tokenized", "quarantine", "run_view", "governance")
+# One namespace per state, named as its assets/ folder, Dagster group and pool (DESIGN.md): created up
+# front so every later asset can assume them.
+NAMESPACES: tuple[str, ...] = ("raw", "curated", "dedup", "tokenized", "quarantine", "run_view", "governance")
 
 # Partition fields get ids from 1000 up, as Iceberg does by convention.
 _PARTITION_ID_BASE = 1000
@@ -51,6 +52,12 @@ class TableDef:
     @property
     def identifier(self) -> str:
         return f"{self.namespace}.{self.name}"
+
+    def __hash__(self) -> int:  # usable as a mapping key: a table is its identifier
+        return hash(self.identifier)
+
+    def __str__(self) -> str:
+        return self.identifier
 
     @property
     def partition_spec(self) -> PartitionSpec:
@@ -245,8 +252,8 @@ CURATED_LANGID_VALIDATION = TableDef(
 # MinHash LSH index of kept documents: one row per (document, band), written as one row group per band per
 # batch (sorted by band_hash), so a band scan skips other bands by row-group statistics. Signatures are kept
 # apart, read only to verify candidate pairs.
-CURATED_MINHASH_BANDS = TableDef(
-    "curated",
+DEDUP_MINHASH_BANDS = TableDef(
+    "dedup",
     "minhash_bands",
     _fields(
         (1, "doc_id", StringType(), True),
@@ -258,8 +265,8 @@ CURATED_MINHASH_BANDS = TableDef(
     partition_by=("crawl", "segment"),
 )
 
-CURATED_MINHASH_SIGNATURES = TableDef(
-    "curated",
+DEDUP_MINHASH_SIGNATURES = TableDef(
+    "dedup",
     "minhash_signatures",
     _fields(
         (1, "doc_id", StringType(), True),
@@ -272,8 +279,8 @@ CURATED_MINHASH_SIGNATURES = TableDef(
 
 # Near-duplicate clusters across ALL materialised partitions: every document in a cluster of size > 1.
 # The canonical document (earliest crawl, then doc_id) has decision null; the others `near_duplicate`.
-CURATED_NEAR_DUPLICATES = TableDef(
-    "curated",
+DEDUP_NEAR_DUPLICATES = TableDef(
+    "dedup",
     "near_duplicates",
     _fields(
         (1, "doc_id", StringType(), True),
@@ -303,7 +310,7 @@ TOKENIZED_TOKENIZERS = TableDef(
 )
 
 # Kept documents as token arrays (EOS appended), one row per document, in the curated partition's order.
-# Data files are written in row groups of `docs_per_row_group` documents (see assets/tokenized/defs.py).
+# Data files are written in row groups of `docs_per_row_group` documents (assets/tokenized/README.md).
 TOKENIZED_DOCUMENTS = TableDef(
     "tokenized",
     "documents",
@@ -351,7 +358,7 @@ QUARANTINE_MATCHES = TableDef(
         (3, "segment", StringType(), True),
         (4, "benchmark", StringType(), True),
         (5, "item_id", StringType(), True),
-        (6, "kind", StringType(), True),  # "ngram" (exact n-gram overlap) | "near" (MinHash over windows)
+        (6, "kind", StringType(), True),  # "ngram" (exact 13-gram overlap) | "near" (aligned windows)
         (7, "overlap_fraction", DoubleType(), True),  # share of the item's n-grams (ngram) or similarity (near)
         (8, "char_start", LongType(), True),  # span in curated.documents.text
         (9, "char_end", LongType(), True),
@@ -455,8 +462,22 @@ GOVERNANCE_DELETION_REQUESTS = TableDef(
 
 TABLES: dict[str, TableDef] = {
     t.identifier: t
-    for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES,
-              CURATED_LANGID_VALIDATION, CURATED_MINHASH_BANDS, CURATED_MINHASH_SIGNATURES, CURATED_NEAR_DUPLICATES,
-              TOKENIZED_TOKENIZERS, TOKENIZED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS,
-              RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES, GOVERNANCE_DELETION_REQUESTS)
+    for t in (
+        RAW_WARC_RECORDS,
+        RAW_REJECTED_RECORDS,
+        CURATED_DOCUMENTS,
+        CURATED_EXACT_DUPLICATES,
+        CURATED_LANGID_VALIDATION,
+        DEDUP_MINHASH_BANDS,
+        DEDUP_MINHASH_SIGNATURES,
+        DEDUP_NEAR_DUPLICATES,
+        TOKENIZED_TOKENIZERS,
+        TOKENIZED_DOCUMENTS,
+        QUARANTINE_EVAL_ITEMS,
+        QUARANTINE_MATCHES,
+        QUARANTINE_SCREENINGS,
+        RUN_VIEW_MANIFESTS,
+        RUN_VIEW_SAMPLES,
+        GOVERNANCE_DELETION_REQUESTS,
+    )
 }

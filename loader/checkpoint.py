@@ -56,6 +56,7 @@ class GenerationExists(CheckpointError):
 
 # ---- paths and small file helpers ---------------------------------------------------------------------------
 
+
 def generation_dir(directory: str | os.PathLike, generation: int) -> Path:
     """The folder of one generation."""
     if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation < 10**8:
@@ -119,6 +120,7 @@ def _read_json(path: Path) -> dict | None:
 
 # ---- writing ------------------------------------------------------------------------------------------------
 
+
 def _write_rank_file(gdir: Path, generation: int, rank: int, world_size: int, attempt: str, state: Any) -> dict:
     """This rank's .pt (temp name, fsync, rename) and then its record; returns the record."""
     final = gdir / f"{_rank_name(rank)}.pt"
@@ -130,16 +132,29 @@ def _write_rank_file(gdir: Path, generation: int, rank: int, world_size: int, at
     sha256, size = file_sha256(tmp)  # hashed before the rename: the record describes exactly these bytes
     os.replace(tmp, final)
     _fsync_dir(gdir)
-    record = {"format": FORMAT, "generation": generation, "rank": rank, "world_size": world_size,
-              "attempt": attempt, "file": final.name, "sha256": sha256, "bytes": size}
+    record = {
+        "format": FORMAT,
+        "generation": generation,
+        "rank": rank,
+        "world_size": world_size,
+        "attempt": attempt,
+        "file": final.name,
+        "sha256": sha256,
+        "bytes": size,
+    }
     _write_atomic_bytes(gdir / f"{_rank_name(rank)}.json", _canonical_json(record), attempt)
     return record
 
 
 def _record_matches(record: dict | None, generation: int, rank: int, world_size: int, attempt: str) -> bool:
-    return (record is not None and record.get("format") == FORMAT and record.get("generation") == generation
-            and record.get("rank") == rank and record.get("world_size") == world_size
-            and record.get("attempt") == attempt)
+    return (
+        record is not None
+        and record.get("format") == FORMAT
+        and record.get("generation") == generation
+        and record.get("rank") == rank
+        and record.get("world_size") == world_size
+        and record.get("attempt") == attempt
+    )
 
 
 def _wait_for_records(gdir: Path, generation: int, world_size: int, attempt: str, timeout_s: float) -> list[dict]:
@@ -156,8 +171,10 @@ def _wait_for_records(gdir: Path, generation: int, world_size: int, attempt: str
             return [records[r] for r in range(world_size)]
         if time.monotonic() >= deadline:
             missing = sorted(set(range(world_size)) - set(records))
-            raise CheckpointError(f"generation {generation} in {gdir.parent}: ranks {missing} of {world_size} did "
-                                  f"not write their file within {timeout_s:.0f} s (attempt {attempt})")
+            raise CheckpointError(
+                f"generation {generation} in {gdir.parent}: ranks {missing} of {world_size} did "
+                f"not write their file within {timeout_s:.0f} s (attempt {attempt})"
+            )
         time.sleep(_POLL_SECONDS)
 
 
@@ -173,15 +190,23 @@ def _verify_records(gdir: Path, generation: int, records: list[dict], verify: bo
         else:
             sha256, size = rec["sha256"], path.stat().st_size
         if (sha256, size) != (rec["sha256"], rec["bytes"]):
-            raise CheckpointCorrupt(f"generation {generation}: rank {rec['rank']}'s {path.name} has sha256 {sha256} "
-                                    f"and {size} bytes, its record says {rec['sha256']} and {rec['bytes']}")
+            raise CheckpointCorrupt(
+                f"generation {generation}: rank {rec['rank']}'s {path.name} has sha256 {sha256} "
+                f"and {size} bytes, its record says {rec['sha256']} and {rec['bytes']}"
+            )
         files[str(rec["rank"])] = {"file": rec["file"], "sha256": sha256, "bytes": size}
     return files
 
 
 def _write_marker(gdir: Path, generation: int, world_size: int, attempt: str, files: dict) -> dict:
-    marker = {"format": FORMAT, "generation": generation, "world_size": world_size, "attempt": attempt,
-              "files": files, "completed_at": time.time()}
+    marker = {
+        "format": FORMAT,
+        "generation": generation,
+        "world_size": world_size,
+        "attempt": attempt,
+        "files": files,
+        "completed_at": time.time(),
+    }
     _write_atomic_bytes(gdir / MARKER, _canonical_json(marker), attempt)
     return marker
 
@@ -194,8 +219,10 @@ def _wait_for_marker(gdir: Path, generation: int, attempt: str, timeout_s: float
         if marker is not None and marker.get("attempt") == attempt and marker.get("generation") == generation:
             return marker
         if time.monotonic() >= deadline:
-            raise CheckpointError(f"generation {generation} in {gdir.parent}: rank 0 wrote no completion marker "
-                                  f"within {timeout_s:.0f} s (attempt {attempt})")
+            raise CheckpointError(
+                f"generation {generation} in {gdir.parent}: rank 0 wrote no completion marker "
+                f"within {timeout_s:.0f} s (attempt {attempt})"
+            )
         time.sleep(_POLL_SECONDS)
 
 
@@ -213,9 +240,17 @@ def _check_attempt(attempt: str) -> str:
     return attempt
 
 
-def save_generation(directory: str | os.PathLike, generation: int, state: Any, *, rank: int | None = None,
-                    world_size: int | None = None, attempt: str | None = None,
-                    timeout_s: float = DEFAULT_TIMEOUT_SECONDS, verify: bool = True) -> dict:
+def save_generation(
+    directory: str | os.PathLike,
+    generation: int,
+    state: Any,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    attempt: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_SECONDS,
+    verify: bool = True,
+) -> dict:
     """Save this rank's `state` (anything torch.save takes: {"model": ..., "loader": loader.state_dict()}) as part
     of `generation`; every rank calls it. Returns the completion marker once the generation is complete.
 
@@ -235,8 +270,10 @@ def save_generation(directory: str | os.PathLike, generation: int, state: Any, *
         raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
     attempt = attempt if attempt is not None else default_attempt()
     if attempt is None:
-        raise ValueError("filesystem-mode save_generation needs attempt=<id shared by all ranks of this launch, "
-                         "new on every restart> (or TORCHELASTIC_RUN_ID set by torchrun)")
+        raise ValueError(
+            "filesystem-mode save_generation needs attempt=<id shared by all ranks of this launch, "
+            "new on every restart> (or TORCHELASTIC_RUN_ID set by torchrun)"
+        )
     _check_attempt(attempt)
     gdir = _prepare(directory, generation)
     _write_rank_file(gdir, generation, rank, world_size, attempt, state)
@@ -250,8 +287,10 @@ def _prepare(directory: str | os.PathLike, generation: int) -> Path:
     """Create the generation's folder; refuse a generation that is already complete."""
     gdir = generation_dir(directory, generation)
     if read_marker_or_none(directory, generation) is not None:
-        raise GenerationExists(f"generation {generation} in {directory} is already complete; save generation "
-                               f"{generation + 1} (or a later one) instead")
+        raise GenerationExists(
+            f"generation {generation} in {directory} is already complete; save generation "
+            f"{generation + 1} (or a later one) instead"
+        )
     gdir.mkdir(parents=True, exist_ok=True)
     _fsync_dir(gdir.parent)
     return gdir
@@ -264,8 +303,10 @@ def _save_distributed(directory, generation: int, state: Any, attempt: str | Non
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError("save_generation without rank/world_size needs an initialised torch.distributed "
-                         "process group (or pass rank=, world_size=, attempt= for filesystem mode)")
+        raise ValueError(
+            "save_generation without rank/world_size needs an initialised torch.distributed "
+            "process group (or pass rank=, world_size=, attempt= for filesystem mode)"
+        )
     rank, world_size = dist.get_rank(), dist.get_world_size()
     attempt = _check_attempt(attempt if attempt is not None else uuid.uuid4().hex)  # names this rank's temp files
     try:
@@ -281,8 +322,11 @@ def _save_distributed(directory, generation: int, state: Any, attempt: str | Non
     outcome: list[Any] = [None]
     if rank == 0:
         try:
-            outcome = [_write_marker(gdir, generation, world_size, attempt,
-                                     _verify_records(gdir, generation, gathered, verify))]
+            outcome = [
+                _write_marker(
+                    gdir, generation, world_size, attempt, _verify_records(gdir, generation, gathered, verify)
+                )
+            ]
         except Exception as exc:  # noqa: BLE001 - every rank must hear of it, or they wait forever
             outcome = [f"{type(exc).__name__}: {exc}"]
     dist.broadcast_object_list(outcome, src=0)
@@ -292,6 +336,7 @@ def _save_distributed(directory, generation: int, state: Any, attempt: str | Non
 
 
 # ---- reading ------------------------------------------------------------------------------------------------
+
 
 def _valid_marker(marker: dict | None, generation: int) -> bool:
     if marker is None or marker.get("format") != FORMAT or marker.get("generation") != generation:
@@ -310,8 +355,10 @@ def read_marker(directory: str | os.PathLike, generation: int) -> dict:
     """The completion marker of `generation`; IncompleteGeneration when it has none."""
     marker = read_marker_or_none(directory, generation)
     if marker is None:
-        raise IncompleteGeneration(f"generation {generation} in {directory} is not complete (no valid {MARKER}); "
-                                   f"use latest_complete_generation() to find one that is")
+        raise IncompleteGeneration(
+            f"generation {generation} in {directory} is not complete (no valid {MARKER}); "
+            f"use latest_complete_generation() to find one that is"
+        )
     return marker
 
 
@@ -348,20 +395,25 @@ def latest_complete_generation(directory: str | os.PathLike, *, verify: bool = F
 def _verified_path(directory, generation: int, marker: dict, rank: int) -> Path:
     entry = marker["files"].get(str(rank))
     if entry is None:
-        raise CheckpointError(f"generation {generation} has ranks 0..{marker['world_size'] - 1}, not rank {rank}; "
-                              f"after a world-size change load a saved rank's file (the loader state is global)")
+        raise CheckpointError(
+            f"generation {generation} has ranks 0..{marker['world_size'] - 1}, not rank {rank}; "
+            f"after a world-size change load a saved rank's file (the loader state is global)"
+        )
     path = generation_dir(directory, generation) / entry["file"]
     if not path.is_file():
         raise CheckpointCorrupt(f"generation {generation}: {path} is listed in {MARKER} but missing")
     sha256, size = file_sha256(path)
     if (sha256, size) != (entry["sha256"], entry["bytes"]):
-        raise CheckpointCorrupt(f"generation {generation}: {path} has sha256 {sha256} ({size} bytes), "
-                                f"{MARKER} says {entry['sha256']} ({entry['bytes']} bytes)")
+        raise CheckpointCorrupt(
+            f"generation {generation}: {path} has sha256 {sha256} ({size} bytes), "
+            f"{MARKER} says {entry['sha256']} ({entry['bytes']} bytes)"
+        )
     return path
 
 
-def load(directory: str | os.PathLike, generation: int, rank: int, *, map_location: Any = "cpu",
-         weights_only: bool = True) -> Any:
+def load(
+    directory: str | os.PathLike, generation: int, rank: int, *, map_location: Any = "cpu", weights_only: bool = True
+) -> Any:
     """What `rank` saved in a complete `generation`, after checking its sha256 against the marker."""
     marker = read_marker(directory, generation)
     path = _verified_path(directory, generation, marker, rank)

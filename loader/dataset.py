@@ -80,19 +80,28 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
 class BatchPlan:
     """Which tokens every rank serves at every global step of a run view: pure given the view."""
 
-    def __init__(self, view: RunView, global_batch_size: int, *, seed: int | None = None,
-                 seq_len: int | None = None, cross_document_attention: str | None = None,
-                 epochs: int | None | str = "manifest"):
+    def __init__(
+        self,
+        view: RunView,
+        global_batch_size: int,
+        *,
+        seed: int | None = None,
+        seq_len: int | None = None,
+        cross_document_attention: str | None = None,
+        epochs: int | None | str = "manifest",
+    ):
         """Defaults come from the manifest; overriding seed or packing makes a different (fingerprinted) run."""
         self.view = view
         self.seed = view.seed if seed is None else int(seed)
         packing = view.packing
         self.seq_len = int(packing["seq_len"] if seq_len is None else seq_len)
-        self.policy = check_policy(packing["cross_document_attention"] if cross_document_attention is None
-                                   else cross_document_attention)
+        self.policy = check_policy(
+            packing["cross_document_attention"] if cross_document_attention is None else cross_document_attention
+        )
         self.eos_id = int(packing["eos_id"])
-        self.schedule = Schedule(view.tokens_per_epoch, self.seq_len, int(global_batch_size),
-                                 view.epochs if epochs == "manifest" else epochs)
+        self.schedule = Schedule(
+            view.tokens_per_epoch, self.seq_len, int(global_batch_size), view.epochs if epochs == "manifest" else epochs
+        )
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     @property
@@ -105,9 +114,15 @@ class BatchPlan:
 
     def fingerprint(self) -> dict:
         """What a saved cursor is only valid for."""
-        return {"manifest_sha256": self.view.manifest_sha256, "tokenizer_id": self.view.tokenizer_id,
-                "packing": self.packing, "seed": self.seed, "state_version": STATE_VERSION, "order": ORDER_VERSION,
-                "global_batch_size": self.global_batch_size}
+        return {
+            "manifest_sha256": self.view.manifest_sha256,
+            "tokenizer_id": self.view.tokenizer_id,
+            "packing": self.packing,
+            "seed": self.seed,
+            "state_version": STATE_VERSION,
+            "order": ORDER_VERSION,
+            "global_batch_size": self.global_batch_size,
+        }
 
     def epoch_layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(sample indices in serving order, stream offsets of those samples) for `epoch` (cached)."""
@@ -120,7 +135,9 @@ class BatchPlan:
             self._epochs.popitem(last=False)
         return layout
 
-    def spans(self, step: int, rank: int = 0, world_size: int = 1) -> tuple[int, list[int], list[list[tuple[int, int, int]]]]:
+    def spans(
+        self, step: int, rank: int = 0, world_size: int = 1
+    ) -> tuple[int, list[int], list[list[tuple[int, int, int]]]]:
         """(epoch, sequence indices, per sequence [(sample_index, token_start, token_end)]) of a rank's batch."""
         epoch, seqs = self.schedule.sequences(step, rank, world_size)
         order, offsets = self.epoch_layout(epoch)
@@ -151,12 +168,19 @@ class BatchPlan:
         cu_flat = np.concatenate([*cu, np.array([len(packed) * L])]).astype(np.int32)
         doc_ids = self.view.doc_ids
         return {
-            "input_ids": stack("input_ids"), "labels": stack("labels"), "loss_mask": stack("loss_mask"),
-            "position_ids": stack("position_ids"), "segment_ids": stack("segment_ids"),
-            "cu_seqlens": torch.from_numpy(cu_flat), "max_seqlen": int(np.diff(cu_flat).max()),
+            "input_ids": stack("input_ids"),
+            "labels": stack("labels"),
+            "loss_mask": stack("loss_mask"),
+            "position_ids": stack("position_ids"),
+            "segment_ids": stack("segment_ids"),
+            "cu_seqlens": torch.from_numpy(cu_flat),
+            "max_seqlen": int(np.diff(cu_flat).max()),
             "sequence_index": torch.tensor(seqs, dtype=torch.long),
-            "run_view_id": self.view.run_view_id, "step": int(step), "epoch": int(epoch),
-            "rank": int(rank), "world_size": int(world_size),
+            "run_view_id": self.view.run_view_id,
+            "step": int(step),
+            "epoch": int(epoch),
+            "rank": int(rank),
+            "world_size": int(world_size),
             "documents": [[(doc_ids[s], a, b) for s, a, b in sp] for sp in spans],
             "sample_indices": [[s for s, _, _ in sp] for sp in spans],
         }
@@ -173,9 +197,15 @@ def fingerprint_sha256(fingerprint: Mapping) -> str:
 def make_state(plan: BatchPlan, global_step: int) -> dict:
     """The loader state at a global cursor (global steps consumed)."""
     fp = plan.fingerprint()
-    return {"format": STATE_FORMAT, "state_version": STATE_VERSION, "run_view_id": plan.view.run_view_id,
-            "global_step": int(global_step), "epoch": int(global_step) // plan.schedule.steps_per_epoch,
-            "fingerprint": fp, "fingerprint_sha256": fingerprint_sha256(fp)}
+    return {
+        "format": STATE_FORMAT,
+        "state_version": STATE_VERSION,
+        "run_view_id": plan.view.run_view_id,
+        "global_step": int(global_step),
+        "epoch": int(global_step) // plan.schedule.steps_per_epoch,
+        "fingerprint": fp,
+        "fingerprint_sha256": fingerprint_sha256(fp),
+    }
 
 
 def check_state(plan: BatchPlan, state: Mapping) -> int:
@@ -188,30 +218,45 @@ def check_state(plan: BatchPlan, state: Mapping) -> int:
         raise MalformedState("loader state lacks a fingerprint mapping or an integer global_step")
     for where, version in (("state", state.get("state_version")), ("fingerprint", fp.get("state_version"))):
         if version != STATE_VERSION:
-            raise StateVersionMismatch(f"loader state version {version!r} (in its {where}) is not {STATE_VERSION}; "
-                                       f"it was written by another loader version: resume with that version")
+            raise StateVersionMismatch(
+                f"loader state version {version!r} (in its {where}) is not {STATE_VERSION}; "
+                f"it was written by another loader version: resume with that version"
+            )
     if fp.get("order") != ORDER_VERSION:
-        raise StateVersionMismatch(f"loader state was saved with order {fp.get('order')!r}, this loader serves "
-                                   f"{ORDER_VERSION!r}: the global batches would differ")
+        raise StateVersionMismatch(
+            f"loader state was saved with order {fp.get('order')!r}, this loader serves "
+            f"{ORDER_VERSION!r}: the global batches would differ"
+        )
     if state.get("run_view_id") != plan.view.run_view_id:
-        raise RunViewMismatch(f"loader state belongs to run view {state.get('run_view_id')!r}, this loader serves "
-                              f"{plan.view.run_view_id!r}; open the run view the checkpoint was trained on")
+        raise RunViewMismatch(
+            f"loader state belongs to run view {state.get('run_view_id')!r}, this loader serves "
+            f"{plan.view.run_view_id!r}; open the run view the checkpoint was trained on"
+        )
     if fp.get("manifest_sha256") != want["manifest_sha256"]:
-        raise ManifestMismatch(f"loader state has manifest sha256 {fp.get('manifest_sha256')!r}, run view "
-                               f"{plan.view.run_view_id} has {want['manifest_sha256']!r}")
+        raise ManifestMismatch(
+            f"loader state has manifest sha256 {fp.get('manifest_sha256')!r}, run view "
+            f"{plan.view.run_view_id} has {want['manifest_sha256']!r}"
+        )
     if fp.get("tokenizer_id") != want["tokenizer_id"]:
-        raise TokenizerMismatch(f"loader state was saved with tokenizer {fp.get('tokenizer_id')!r}, this run view "
-                                f"uses {want['tokenizer_id']!r}")
+        raise TokenizerMismatch(
+            f"loader state was saved with tokenizer {fp.get('tokenizer_id')!r}, this run view "
+            f"uses {want['tokenizer_id']!r}"
+        )
     if fp.get("seed") != want["seed"]:
-        raise SeedMismatch(f"loader state was saved with seed {fp.get('seed')!r}, this loader uses {want['seed']}; "
-                           f"pass seed={fp.get('seed')!r} to resume that run")
+        raise SeedMismatch(
+            f"loader state was saved with seed {fp.get('seed')!r}, this loader uses {want['seed']}; "
+            f"pass seed={fp.get('seed')!r} to resume that run"
+        )
     if fp.get("packing") != want["packing"]:
-        raise PackingMismatch(f"loader state was saved with packing {fp.get('packing')!r}, this loader packs "
-                              f"{want['packing']!r}")
+        raise PackingMismatch(
+            f"loader state was saved with packing {fp.get('packing')!r}, this loader packs {want['packing']!r}"
+        )
     if fp.get("global_batch_size") != want["global_batch_size"]:
-        raise GlobalBatchSizeMismatch(f"loader state was saved with global batch size {fp.get('global_batch_size')!r}, "
-                                      f"this loader uses {want['global_batch_size']}: global batch k would hold other "
-                                      f"sequences; keep the global batch size and change only the world size")
+        raise GlobalBatchSizeMismatch(
+            f"loader state was saved with global batch size {fp.get('global_batch_size')!r}, "
+            f"this loader uses {want['global_batch_size']}: global batch k would hold other "
+            f"sequences; keep the global batch size and change only the world size"
+        )
     step = state["global_step"]
     total = plan.schedule.total_steps
     if step < 0 or (total is not None and step > total):
@@ -231,14 +276,29 @@ def keep_batch(batch: dict[str, Any]) -> dict[str, Any]:
 class RunViewDataset(IterableDataset):
     """This rank's batches of consecutive global steps from the cursor on (use with DataLoader(batch_size=None))."""
 
-    def __init__(self, view: RunView, global_batch_size: int, *, rank: int | None = None,
-                 world_size: int | None = None, seed: int | None = None, seq_len: int | None = None,
-                 cross_document_attention: str | None = None, max_steps: int | None = None,
-                 epochs: int | None | str = "manifest"):
+    def __init__(
+        self,
+        view: RunView,
+        global_batch_size: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        seed: int | None = None,
+        seq_len: int | None = None,
+        cross_document_attention: str | None = None,
+        max_steps: int | None = None,
+        epochs: int | None | str = "manifest",
+    ):
         """`max_steps`: stop before this global step (besides the manifest's epoch limit)."""
         super().__init__()
-        self.plan = BatchPlan(view, global_batch_size, seed=seed, seq_len=seq_len,
-                              cross_document_attention=cross_document_attention, epochs=epochs)
+        self.plan = BatchPlan(
+            view,
+            global_batch_size,
+            seed=seed,
+            seq_len=seq_len,
+            cross_document_attention=cross_document_attention,
+            epochs=epochs,
+        )
         self.rank, self.world_size = resolve_rank(rank, world_size)
         rank_slice(self.plan.global_batch_size, self.world_size, self.rank)  # BadWorldSize now, not mid-run
         self.max_steps = max_steps
@@ -285,11 +345,23 @@ class RunViewDataset(IterableDataset):
 class RunViewLoader:
     """The training loop's iterator over this rank's batches, with the one global cursor as its state."""
 
-    def __init__(self, view: RunView, global_batch_size: int, *, rank: int | None = None,
-                 world_size: int | None = None, num_workers: int = 0, prefetch: int = 0, seed: int | None = None,
-                 seq_len: int | None = None, cross_document_attention: str | None = None,
-                 max_steps: int | None = None, epochs: int | None | str = "manifest", metrics: Any = None,
-                 multiprocessing_context: str | None = None):
+    def __init__(
+        self,
+        view: RunView,
+        global_batch_size: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        prefetch: int = 0,
+        seed: int | None = None,
+        seq_len: int | None = None,
+        cross_document_attention: str | None = None,
+        max_steps: int | None = None,
+        epochs: int | None | str = "manifest",
+        metrics: Any = None,
+        multiprocessing_context: str | None = None,
+    ):
         """`num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
         (loader.prefetch.Prefetcher, 0 = none); `metrics`: a loader.metrics.LoaderMetrics (or None)."""
         if metrics is not None and hasattr(view.source, "on_read"):
@@ -299,9 +371,17 @@ class RunViewLoader:
             view.source = dataclasses.replace(view.source, on_read=metrics.record_read)
         if num_workers < 0 or prefetch < 0:
             raise ValueError(f"num_workers and prefetch must be >= 0, got {num_workers}, {prefetch}")
-        self.dataset = RunViewDataset(view, global_batch_size, rank=rank, world_size=world_size, seed=seed,
-                                      seq_len=seq_len, cross_document_attention=cross_document_attention,
-                                      max_steps=max_steps, epochs=epochs)
+        self.dataset = RunViewDataset(
+            view,
+            global_batch_size,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+            seq_len=seq_len,
+            cross_document_attention=cross_document_attention,
+            max_steps=max_steps,
+            epochs=epochs,
+        )
         self.num_workers, self.prefetch, self.metrics = num_workers, prefetch, metrics
         self.multiprocessing_context = multiprocessing_context
         self._cursor = 0
@@ -321,9 +401,15 @@ class RunViewLoader:
         self.dataset._cursor, self.dataset._worker = self._cursor, None
         if self.num_workers == 0:
             return iter(self.dataset)
-        return iter(torch.utils.data.DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
-                                                collate_fn=keep_batch,
-                                                multiprocessing_context=self.multiprocessing_context))
+        return iter(
+            torch.utils.data.DataLoader(
+                self.dataset,
+                batch_size=None,
+                num_workers=self.num_workers,
+                collate_fn=keep_batch,
+                multiprocessing_context=self.multiprocessing_context,
+            )
+        )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         it = self._batches()
@@ -340,8 +426,10 @@ class RunViewLoader:
                     return
                 wait = time.perf_counter() - t0
                 if batch["step"] != self._cursor:
-                    raise LoaderError(f"batch of global step {batch['step']} arrived while the cursor is at "
-                                      f"{self._cursor}: the DataLoader delivered out of order")
+                    raise LoaderError(
+                        f"batch of global step {batch['step']} arrived while the cursor is at "
+                        f"{self._cursor}: the DataLoader delivered out of order"
+                    )
                 self._cursor = batch["step"] + 1
                 if self.metrics is not None:
                     self.metrics.record_batch(int(batch["input_ids"].numel()), wait)

@@ -30,8 +30,9 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 class LoaderMetrics:
     """Counters for one loader: row-group read latency, tokens delivered and time the consumer waited."""
 
-    def __init__(self, reservoir_size: int = DEFAULT_RESERVOIR, seed: int = 0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, reservoir_size: int = DEFAULT_RESERVOIR, seed: int = 0, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         if isinstance(reservoir_size, bool) or not isinstance(reservoir_size, int) or reservoir_size < 1:
             raise ValueError(f"reservoir_size must be an int >= 1, got {reservoir_size!r}")
         self.reservoir_size = reservoir_size

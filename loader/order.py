@@ -61,8 +61,9 @@ def keyed_hash(values: np.ndarray, key: np.uint64) -> np.ndarray:
     return _splitmix64(_splitmix64(values.astype(np.uint64)) ^ key)
 
 
-def epoch_order(block_ids: np.ndarray, manifest_sha256: str, seed: int, epoch: int,
-                blocks_per_window: int = BLOCKS_PER_WINDOW) -> np.ndarray:
+def epoch_order(
+    block_ids: np.ndarray, manifest_sha256: str, seed: int, epoch: int, blocks_per_window: int = BLOCKS_PER_WINDOW
+) -> np.ndarray:
     """Sample indices (positions in sample_index order) in the order epoch `epoch` serves them."""
     block_ids = np.asarray(block_ids, dtype=np.int64)
     if blocks_per_window < 1:
@@ -128,8 +129,10 @@ class Schedule:
         if step < 0:
             raise ValueError(f"global step must be >= 0, got {step}")
         if self.total_steps is not None and step >= self.total_steps:
-            raise ValueError(f"global step {step} is past the last step {self.total_steps - 1} "
-                             f"({self.epochs} epochs x {self.steps_per_epoch} steps)")
+            raise ValueError(
+                f"global step {step} is past the last step {self.total_steps - 1} "
+                f"({self.epochs} epochs x {self.steps_per_epoch} steps)"
+            )
         return divmod(step, self.steps_per_epoch)
 
     def sequences(self, step: int, rank: int = 0, world_size: int = 1) -> tuple[int, range]:
@@ -144,8 +147,10 @@ class Schedule:
 def rank_slice(global_batch_size: int, world_size: int, rank: int) -> tuple[int, int]:
     """[start, stop) of a rank's sequences inside a global batch."""
     if world_size < 1 or global_batch_size % world_size:
-        raise BadWorldSize(f"world size {world_size} does not divide the global batch size "
-                                f"{global_batch_size}; pick a world size among its divisors")
+        raise BadWorldSize(
+            f"world size {world_size} does not divide the global batch size "
+            f"{global_batch_size}; pick a world size among its divisors"
+        )
     if not 0 <= rank < world_size:
         raise BadWorldSize(f"rank {rank} is outside 0..{world_size - 1}")
     per_rank = global_batch_size // world_size

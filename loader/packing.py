@@ -86,8 +86,14 @@ def next_stream_position(offsets: np.ndarray, seq_index: int, seq_len: int) -> t
     return p, pos - int(offsets[p])
 
 
-def pack_sequence(pieces: Sequence[np.ndarray], ends_document: Sequence[bool], next_token: int | None,
-                  seq_len: int, pad_id: int, policy: str) -> PackedSequence:
+def pack_sequence(
+    pieces: Sequence[np.ndarray],
+    ends_document: Sequence[bool],
+    next_token: int | None,
+    seq_len: int,
+    pad_id: int,
+    policy: str,
+) -> PackedSequence:
     """Pack the token arrays of one sequence's pieces; `ends_document[i]` says piece i ends its document and
     `next_token` is the stream token after the sequence (None at the end of the stream)."""
     check_policy(policy)
@@ -126,8 +132,9 @@ def pack_sequence(pieces: Sequence[np.ndarray], ends_document: Sequence[bool], n
     )
 
 
-def pack_documents(docs: Sequence[np.ndarray], seq_len: int, pad_id: int, policy: str,
-                   n_sequences: int | None = None) -> list[tuple[PackedSequence, list[tuple[int, int, int]]]]:
+def pack_documents(
+    docs: Sequence[np.ndarray], seq_len: int, pad_id: int, policy: str, n_sequences: int | None = None
+) -> list[tuple[PackedSequence, list[tuple[int, int, int]]]]:
     """Pack whole documents (in this order) into sequences with their pieces; `n_sequences` pads the list
     with fully padded sequences (the last global batch of an epoch)."""
     offsets = stream_offsets(np.array([len(d) for d in docs], dtype=np.int64))
@@ -136,9 +143,19 @@ def pack_documents(docs: Sequence[np.ndarray], seq_len: int, pad_id: int, policy
     for i in range(max(count, n_sequences or 0)):
         pieces = sequence_pieces(offsets, i, seq_len)
         nxt = next_stream_position(offsets, i, seq_len)
-        out.append((pack_sequence([docs[p][a:b] for p, a, b in pieces], [b == len(docs[p]) for p, a, b in pieces],
-                                  None if nxt is None else int(docs[nxt[0]][nxt[1]]), seq_len, pad_id, policy),
-                    pieces))
+        out.append(
+            (
+                pack_sequence(
+                    [docs[p][a:b] for p, a, b in pieces],
+                    [b == len(docs[p]) for p, a, b in pieces],
+                    None if nxt is None else int(docs[nxt[0]][nxt[1]]),
+                    seq_len,
+                    pad_id,
+                    policy,
+                ),
+                pieces,
+            )
+        )
     return out
 
 
@@ -149,7 +166,7 @@ def unpack(sequences: Sequence[tuple[np.ndarray, Sequence[tuple[int, int, int]]]
     for input_ids, pieces in sequences:
         at = 0
         for p, a, b in pieces:
-            parts.setdefault(p, []).append((a, b, np.asarray(input_ids[at: at + b - a])))
+            parts.setdefault(p, []).append((a, b, np.asarray(input_ids[at : at + b - a])))
             at += b - a
     out = {}
     for p, chunks in parts.items():

@@ -87,8 +87,7 @@ class Prefetcher:
         self.consumed = 0
         self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__
         self.last_wait_seconds = 0.0
-        self._thread = threading.Thread(target=_produce, args=(iter(iterable), self._shared), name=name,
-                                        daemon=True)
+        self._thread = threading.Thread(target=_produce, args=(iter(iterable), self._shared), name=name, daemon=True)
         self._thread.start()
 
     def __iter__(self) -> Iterator[Any]:

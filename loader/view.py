@@ -1,12 +1,15 @@
-"""Opening a published run view: from the catalog by id, or from an exported bundle (no catalog needed).
+"""Opening a published run view: from the lakehouse by id, or from an exported bundle (no catalog needed).
 
-From the catalog (`open_run_view`):
+The run view contract (manifest format and hash, tag name, samples digest, token dtypes) is
+`iceberg_catalog.run_view_contract`, shared with the pipeline that writes the views.
+
+From the lakehouse (`open_run_view`, `catalog=` a `Lakehouse` or a pyiceberg catalog):
 1. run_view.manifests (current snapshot, since the status moves) gives the row of the id; only `published` is
    opened: candidate -> RunViewNotPublished, rejected -> RunViewRejected, superseded -> RunViewSuperseded
    naming `superseded_by_request`. The stored manifest bytes must hash to manifest_sha256.
-2. run_view.samples is read at the snapshot of the tag `runview-<id>` and must match the manifest
-   (n_samples, n_tokens and the samples digest of the contract).
-3. tokenized.documents is planned at the pinned snapshot `manifest.inputs["tokenized.documents"]`; the
+2. run_view.samples is read at the snapshot of the view's tag (`tag_name(id)`) and must match the manifest
+   (n_samples, n_tokens and the samples digest).
+3. tokenized.documents is planned at the snapshot the manifest pins for it (`manifest["inputs"]`); the
    doc_id column of each data file locates every sample's document as (file, row group, row). That layout
    gives the block ids of the order (one block per (repetition, file, row group), files sorted by path), and
    the reader (`RowGroupSource`) reads whole row groups on demand and verifies tokens_sha256 of every document
@@ -38,7 +41,13 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import And, EqualTo, In
 
+from iceberg_catalog import run_view_contract as contract
+from iceberg_catalog.catalog import CatalogConfig, open_catalog
+from iceberg_catalog.lakehouse import Lakehouse
+from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES, TOKENIZED_DOCUMENTS
 from loader.errors import (
     ChecksumMismatch,
     ManifestIntegrityError,
@@ -53,9 +62,17 @@ from loader.errors import (
 from loader.order import chunk_blocks
 
 BUNDLE_FORMAT = "tokenlake.run_view_bundle/1"
-SAMPLE_COLUMNS = ("sample_index", "doc_id", "tokenizer_id", "crawl", "segment", "component", "repetition",
-                  "n_tokens", "tokens_sha256")
-LAYOUT_COLUMNS = ("file_index", "row_group", "row")
+SAMPLE_COLUMNS = (
+    "sample_index",
+    "doc_id",
+    "tokenizer_id",
+    "crawl",
+    "segment",
+    "component",
+    "repetition",
+    "n_tokens",
+    "tokens_sha256",
+)
 DEFAULT_CACHED_ROW_GROUPS = 16
 _TOKEN_COLUMNS = ["doc_id", "tokens", "tokens_sha256", "token_dtype"]
 
@@ -66,20 +83,17 @@ class TokenSource(Protocol):
     def read(self, sample_indices: Iterable[int]) -> dict[int, np.ndarray]: ...
 
 
-def _dtype(name: str) -> np.dtype:
-    if name not in ("uint16", "uint32"):
-        raise ValueError(f"token_dtype must be uint16 or uint32, got {name!r}")
-    return np.dtype("<u2") if name == "uint16" else np.dtype("<u4")
-
-
 def verified_tokens(doc_id: str, data: bytes, expected_sha256: str, token_dtype: str) -> np.ndarray:
     """Decode stored token bytes after checking them against the recorded checksum."""
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected_sha256:
-        raise ChecksumMismatch(f"document {doc_id}: tokens hash to {actual}, the run view records {expected_sha256}; "
-                               f"the token file was altered or corrupted: rebuild the tokenized partition and "
-                               f"the run view", doc_id)
-    return np.frombuffer(data, dtype=_dtype(token_dtype))
+        raise ChecksumMismatch(
+            f"document {doc_id}: tokens hash to {actual}, the run view records {expected_sha256}; "
+            f"the token file was altered or corrupted: rebuild the tokenized partition and "
+            f"the run view",
+            doc_id,
+        )
+    return np.frombuffer(data, dtype=contract.token_dtype(token_dtype))
 
 
 @dataclass
@@ -157,15 +171,21 @@ class RowGroupSource:
                 t = entry["table"]
                 doc = t.column("doc_id")[r].as_py()
                 if doc != self.doc_ids[s]:
-                    raise MissingDocument(f"row {r} of row group {self.row_group[s]} of {self.files[self.file_index[s]]} "
-                                          f"holds {doc}, expected {self.doc_ids[s]}: the token file changed under "
-                                          f"the pinned snapshot")
+                    raise MissingDocument(
+                        f"row {r} of row group {self.row_group[s]} of {self.files[self.file_index[s]]} "
+                        f"holds {doc}, expected {self.doc_ids[s]}: the token file changed under "
+                        f"the pinned snapshot"
+                    )
                 stored_sha = t.column("tokens_sha256")[r].as_py()
                 if stored_sha != self.tokens_sha256[s]:
-                    raise ChecksumMismatch(f"document {doc}: tokenized.documents records tokens_sha256 {stored_sha}, "
-                                           f"the run view {self.tokens_sha256[s]}", doc)
-                entry["decoded"][r] = verified_tokens(doc, t.column("tokens")[r].as_py(), self.tokens_sha256[s],
-                                                      t.column("token_dtype")[r].as_py())
+                    raise ChecksumMismatch(
+                        f"document {doc}: tokenized.documents records tokens_sha256 {stored_sha}, "
+                        f"the run view {self.tokens_sha256[s]}",
+                        doc,
+                    )
+                entry["decoded"][r] = verified_tokens(
+                    doc, t.column("tokens")[r].as_py(), self.tokens_sha256[s], t.column("token_dtype")[r].as_py()
+                )
             out[s] = entry["decoded"][r]
         return out
 
@@ -212,26 +232,20 @@ class RunView:
         return int(self.n_tokens.sum())
 
 
-def samples_digest(table: pa.Table) -> str:
-    """sha256 over the samples in sample_index order, exactly as the run view contract defines it."""
-    h = hashlib.sha256()
-    cols = [table.column(c).to_pylist() for c in ("sample_index", "doc_id", "repetition", "n_tokens", "tokens_sha256")]
-    for i, d, r, n, s in zip(*cols, strict=True):
-        h.update(f"{i}\t{d}\t{r}\t{n}\t{s}\n".encode())
-    return h.hexdigest()
-
-
 def parse_manifest(manifest_json: str, manifest_sha256: str, run_view_id: str) -> dict:
     """The manifest dict, after checking its bytes against the recorded hash."""
     actual = hashlib.sha256(manifest_json.encode("utf-8")).hexdigest()
     if actual != manifest_sha256:
-        raise ManifestIntegrityError(f"run view {run_view_id}: manifest_json hashes to {actual}, the row records "
-                                     f"{manifest_sha256}; the manifest was altered")
+        raise ManifestIntegrityError(
+            f"run view {run_view_id}: manifest_json hashes to {actual}, the row records "
+            f"{manifest_sha256}; the manifest was altered"
+        )
     manifest = json.loads(manifest_json)
     for key in ("tokenizer", "seed", "packing", "samples", "inputs"):
         if key not in manifest:
-            raise ManifestIntegrityError(f"run view {run_view_id}: manifest has no {key!r} (format "
-                                         f"{manifest.get('format')!r})")
+            raise ManifestIntegrityError(
+                f"run view {run_view_id}: manifest has no {key!r} (format {manifest.get('format')!r})"
+            )
     return manifest
 
 
@@ -240,14 +254,18 @@ def check_status(run_view_id: str, status: str, superseded_by_request: str | Non
     if status == "published":
         return
     if status == "candidate":
-        raise RunViewNotPublished(f"run view {run_view_id} is 'candidate'; approve it in the Dagster UI (job "
-                                  f"publish_run_view) before training on it")
+        raise RunViewNotPublished(
+            f"run view {run_view_id} is 'candidate'; approve it in the Dagster UI (job "
+            f"publish_run_view) before training on it"
+        )
     if status == "rejected":
         raise RunViewRejected(f"run view {run_view_id} was rejected by its reviewer; build a new candidate")
     if status == "superseded":
-        raise RunViewSuperseded(f"run view {run_view_id} is superseded by deletion request "
-                                f"{superseded_by_request}; train on the view rebuilt without the deleted data",
-                                superseded_by_request)
+        raise RunViewSuperseded(
+            f"run view {run_view_id} is superseded by deletion request "
+            f"{superseded_by_request}; train on the view rebuilt without the deleted data",
+            superseded_by_request,
+        )
     raise RunViewNotPublished(f"run view {run_view_id} has unknown status {status!r}")
 
 
@@ -256,89 +274,122 @@ def check_samples(run_view_id: str, manifest: Mapping, samples: pa.Table) -> Non
     want = manifest["samples"]
     idx = samples.column("sample_index").to_numpy()
     if samples.num_rows != want["n_samples"] or not np.array_equal(idx, np.arange(samples.num_rows)):
-        raise SamplesMismatch(f"run view {run_view_id}: {samples.num_rows} sample rows (indices not 0..n-1 or "
-                              f"count differs), the manifest froze {want['n_samples']}")
+        raise SamplesMismatch(
+            f"run view {run_view_id}: {samples.num_rows} sample rows (indices not 0..n-1 or "
+            f"count differs), the manifest froze {want['n_samples']}"
+        )
     n_tokens = int(samples.column("n_tokens").to_numpy().astype(np.int64).sum())
     if n_tokens != want["n_tokens"]:
-        raise SamplesMismatch(f"run view {run_view_id}: samples hold {n_tokens} tokens, the manifest {want['n_tokens']}")
-    digest = samples_digest(samples)
+        raise SamplesMismatch(
+            f"run view {run_view_id}: samples hold {n_tokens} tokens, the manifest {want['n_tokens']}"
+        )
+    digest = contract.samples_digest(samples)
     if digest != want["sha256"]:
         raise SamplesMismatch(f"run view {run_view_id}: samples digest {digest} != manifest {want['sha256']}")
     if samples.num_rows and int(samples.column("n_tokens").to_numpy().min()) < 1:
         raise SamplesMismatch(f"run view {run_view_id}: a sample has no tokens")
     tids = set(samples.column("tokenizer_id").to_pylist())
     if tids - {manifest["tokenizer"]["tokenizer_id"]}:
-        raise SamplesMismatch(f"run view {run_view_id}: samples use tokenizers {sorted(tids)}, the manifest "
-                              f"{manifest['tokenizer']['tokenizer_id']}")
+        raise SamplesMismatch(
+            f"run view {run_view_id}: samples use tokenizers {sorted(tids)}, the manifest "
+            f"{manifest['tokenizer']['tokenizer_id']}"
+        )
 
 
 def layout_block_ids(repetition: np.ndarray, file_index: np.ndarray, row_group: np.ndarray) -> np.ndarray:
     """One block per (repetition, file, row group), numbered in that sort order."""
-    keys = np.stack([np.asarray(repetition, np.int64), np.asarray(file_index, np.int64),
-                     np.asarray(row_group, np.int64)], axis=1)
+    keys = np.stack(
+        [np.asarray(repetition, np.int64), np.asarray(file_index, np.int64), np.asarray(row_group, np.int64)], axis=1
+    )
     _, inverse = np.unique(keys, axis=0, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _view_from_layout(run_view_id: str, status: str, manifest: dict, sha: str, samples: pa.Table,
-                      files: Sequence[str], io_properties: Mapping[str, str], origin: str,
-                      max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS) -> RunView:
+def _view_from_layout(
+    run_view_id: str,
+    status: str,
+    manifest: dict,
+    sha: str,
+    samples: pa.Table,
+    files: Sequence[str],
+    io_properties: Mapping[str, str],
+    origin: str,
+    max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS,
+) -> RunView:
     fi = samples.column("file_index").to_numpy().astype(np.int64)
     rg = samples.column("row_group").to_numpy().astype(np.int64)
     row = samples.column("row").to_numpy().astype(np.int64)
-    source = RowGroupSource(tuple(files), fi, rg, row, samples.column("doc_id").to_pylist(),
-                            samples.column("tokens_sha256").to_pylist(), dict(io_properties),
-                            max_cached=max_cached_row_groups)
+    source = RowGroupSource(
+        tuple(files),
+        fi,
+        rg,
+        row,
+        samples.column("doc_id").to_pylist(),
+        samples.column("tokens_sha256").to_pylist(),
+        dict(io_properties),
+        max_cached=max_cached_row_groups,
+    )
     blocks = layout_block_ids(samples.column("repetition").to_numpy(), fi, rg)
     return RunView(run_view_id, status, manifest, sha, samples.select(SAMPLE_COLUMNS), blocks, source, origin)
 
 
-# --- the catalog ------------------------------------------------------------------------------------------
+# --- the lakehouse ----------------------------------------------------------------------------------------
 
 
-def _manifest_row(catalog, run_view_id: str) -> dict:
-    from pyiceberg.expressions import EqualTo
+def as_lakehouse(catalog: Lakehouse | Catalog | None = None) -> Lakehouse:
+    """The lakehouse to read: a `Lakehouse` as is, a pyiceberg catalog wrapped, None = the configured catalog
+    (`TOKENLAKE_CATALOG` or the embedded one), opened without creating tables: a training job only reads."""
+    if isinstance(catalog, Lakehouse):
+        return catalog
+    if catalog is None:
+        config = CatalogConfig.resolve()
+        return Lakehouse(config, catalog=open_catalog(config, create=False))
+    return Lakehouse(catalog=catalog)
 
-    rows = catalog.load_table("run_view.manifests").scan(row_filter=EqualTo("run_view_id", run_view_id)).to_arrow()
+
+def _manifest_row(lakehouse: Lakehouse, run_view_id: str) -> dict:
+    rows = lakehouse.scan(RUN_VIEW_MANIFESTS, row_filter=EqualTo("run_view_id", run_view_id))
     if rows.num_rows == 0:
-        raise RunViewNotFound(f"no run view {run_view_id!r} in run_view.manifests of this catalog; list them with "
-                              f"`tokenlake` or the Dagster UI")
+        raise RunViewNotFound(
+            f"no run view {run_view_id!r} in {RUN_VIEW_MANIFESTS} of this catalog; list them with "
+            f"`tokenlake runview list` or the Dagster UI"
+        )
     if rows.num_rows > 1:
-        raise ManifestIntegrityError(f"run view {run_view_id}: {rows.num_rows} rows in run_view.manifests")
+        raise ManifestIntegrityError(f"run view {run_view_id}: {rows.num_rows} rows in {RUN_VIEW_MANIFESTS}")
     return rows.to_pylist()[0]
 
 
-def _pinned_samples(catalog, run_view_id: str) -> pa.Table:
-    from pyiceberg.expressions import EqualTo
-
-    table = catalog.load_table("run_view.samples")
-    snap = table.snapshot_by_name(f"runview-{run_view_id}")
+def _pinned_samples(lakehouse: Lakehouse, run_view_id: str) -> pa.Table:
+    tag = contract.tag_name(run_view_id)
+    snap = lakehouse.table(RUN_VIEW_SAMPLES).snapshot_by_name(tag)
     if snap is None:
-        raise SamplesMismatch(f"run_view.samples has no tag runview-{run_view_id}: the view was never published "
-                              f"(or its tag was removed); re-publish it")
-    got = table.scan(row_filter=EqualTo("run_view_id", run_view_id), snapshot_id=snap.snapshot_id,
-                     selected_fields=SAMPLE_COLUMNS).to_arrow()
+        raise SamplesMismatch(
+            f"{RUN_VIEW_SAMPLES} has no tag {tag}: the view was never published (or its tag was removed); re-publish it"
+        )
+    got = lakehouse.scan_at(RUN_VIEW_SAMPLES, snap.snapshot_id, SAMPLE_COLUMNS, EqualTo("run_view_id", run_view_id))
     return got.sort_by("sample_index").select(SAMPLE_COLUMNS)
 
 
-def _locate_documents(catalog, manifest: Mapping, samples: pa.Table) -> tuple[list[str], pa.Table, dict]:
+def _locate_documents(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table) -> tuple[list[str], pa.Table, dict]:
     """Find each sample's document in the pinned token files: (sorted file paths, samples + layout columns,
     FileIO properties)."""
-    from pyiceberg.expressions import And, EqualTo, In
-
-    table = catalog.load_table("tokenized.documents")
-    snapshot_id = manifest["inputs"].get("tokenized.documents")
+    table = lakehouse.table(TOKENIZED_DOCUMENTS)
+    snapshot_id = manifest["inputs"].get(TOKENIZED_DOCUMENTS.identifier)
     if snapshot_id is None or table.snapshot_by_id(int(snapshot_id)) is None:
-        raise MissingDocument(f"tokenized.documents has no snapshot {snapshot_id} (pinned by the manifest): it "
-                              f"was expired; a published view's tag should have kept it")
+        raise MissingDocument(
+            f"{TOKENIZED_DOCUMENTS} has no snapshot {snapshot_id} (pinned by the manifest): it "
+            f"was expired; a published view's tag should have kept it"
+        )
     segments = sorted(set(samples.column("segment").to_pylist()))
     where = EqualTo("tokenizer_id", manifest["tokenizer"]["tokenizer_id"])
     if segments:
         where = And(where, In("segment", segments))
     tasks = list(table.scan(row_filter=where, snapshot_id=int(snapshot_id)).plan_files())
     if any(t.delete_files for t in tasks):
-        raise UnsupportedLayout("tokenized.documents has delete files at the pinned snapshot; the loader reads "
-                                "row groups directly and needs copy-on-write files (compact the table first)")
+        raise UnsupportedLayout(
+            f"{TOKENIZED_DOCUMENTS} has delete files at the pinned snapshot; the loader reads "
+            "row groups directly and needs copy-on-write files (compact the table first)"
+        )
     files = sorted({t.file.file_path for t in tasks})
     wanted = set(samples.column("doc_id").to_pylist())
     where_doc: dict[str, tuple[int, int, int]] = {}
@@ -352,35 +403,43 @@ def _locate_documents(catalog, manifest: Mapping, samples: pa.Table) -> tuple[li
                         where_doc[doc] = (fi, rg, r)
     missing = wanted - where_doc.keys()
     if missing:
-        raise MissingDocument(f"{len(missing)} documents of the view are not in tokenized.documents at snapshot "
-                              f"{snapshot_id}, e.g. {sorted(missing)[:3]}")
+        raise MissingDocument(
+            f"{len(missing)} documents of the view are not in {TOKENIZED_DOCUMENTS} at snapshot "
+            f"{snapshot_id}, e.g. {sorted(missing)[:3]}"
+        )
     loc = np.array([where_doc[d] for d in samples.column("doc_id").to_pylist()], dtype=np.int64).reshape(-1, 3)
-    with_layout = samples.append_column("file_index", pa.array(loc[:, 0], pa.int32())) \
-        .append_column("row_group", pa.array(loc[:, 1], pa.int32())).append_column("row", pa.array(loc[:, 2], pa.int32()))
+    with_layout = (
+        samples.append_column("file_index", pa.array(loc[:, 0], pa.int32()))
+        .append_column("row_group", pa.array(loc[:, 1], pa.int32()))
+        .append_column("row", pa.array(loc[:, 2], pa.int32()))
+    )
     return files, with_layout, dict(table.io.properties)
 
 
-def _published_from_catalog(catalog, run_view_id: str):
+def _published_from_catalog(catalog: Lakehouse | Catalog | None, run_view_id: str):
     """(manifests row, manifest, token files, samples with their row-group layout, file IO properties) of a
     published view, every check on the way (status, manifest hash, samples digest at the view's tag)."""
-    if catalog is None:
-        from iceberg_catalog import open_catalog
-
-        catalog = open_catalog(create=False)
-    row = _manifest_row(catalog, run_view_id)
+    lakehouse = as_lakehouse(catalog)
+    row = _manifest_row(lakehouse, run_view_id)
     check_status(run_view_id, row["status"], row.get("superseded_by_request"))
     manifest = parse_manifest(row["manifest_json"], row["manifest_sha256"], run_view_id)
-    samples = _pinned_samples(catalog, run_view_id)
+    samples = _pinned_samples(lakehouse, run_view_id)
     check_samples(run_view_id, manifest, samples)
-    files, with_layout, props = _locate_documents(catalog, manifest, samples)
+    files, with_layout, props = _locate_documents(lakehouse, manifest, samples)
     return row, manifest, files, with_layout, props
 
 
-def open_run_view(run_view_id: str | None = None, *, catalog=None, bundle: str | Path | None = None,
-                  io_properties: Mapping[str, str] | None = None,
-                  max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS) -> RunView:
-    """Open a published run view by id from the catalog (default: `iceberg_catalog.open_catalog()`), or from
-    an exported bundle directory; refuses candidate, rejected and superseded views with named errors."""
+def open_run_view(
+    run_view_id: str | None = None,
+    *,
+    catalog: Lakehouse | Catalog | None = None,
+    bundle: str | Path | None = None,
+    io_properties: Mapping[str, str] | None = None,
+    max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS,
+) -> RunView:
+    """Open a published run view by id from the lakehouse (`catalog`: a `Lakehouse`, a pyiceberg catalog, or
+    None for the configured one), or from an exported bundle directory; refuses candidate, rejected and
+    superseded views with named errors."""
     if bundle is not None:
         return _open_bundle(Path(bundle), run_view_id, io_properties or {}, max_cached_row_groups)
     if not run_view_id:
@@ -388,14 +447,23 @@ def open_run_view(run_view_id: str | None = None, *, catalog=None, bundle: str |
     row, manifest, files, with_layout, props = _published_from_catalog(catalog, run_view_id)
     if io_properties:
         props = {**props, **io_properties}
-    return _view_from_layout(run_view_id, row["status"], manifest, row["manifest_sha256"], with_layout, files,
-                             props, "catalog", max_cached_row_groups)
+    return _view_from_layout(
+        run_view_id,
+        row["status"],
+        manifest,
+        row["manifest_sha256"],
+        with_layout,
+        files,
+        props,
+        "catalog",
+        max_cached_row_groups,
+    )
 
 
 # --- bundles ----------------------------------------------------------------------------------------------
 
 
-def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog=None) -> Path:
+def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog: Lakehouse | Catalog | None = None) -> Path:
     """Write a published view's bundle (manifest.json, run_view.json, samples.parquet) to `out_dir` for a
     cluster without catalog access; returns the directory."""
     row, manifest, files, with_layout, _ = _published_from_catalog(catalog, run_view_id)
@@ -403,24 +471,37 @@ def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog=None) -> P
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_bytes(row["manifest_json"].encode("utf-8"))
     pq.write_table(with_layout, out / "samples.parquet")
-    (out / "run_view.json").write_text(json.dumps({
-        "format": BUNDLE_FORMAT, "run_view_id": run_view_id, "status": row["status"],
-        "manifest_sha256": row["manifest_sha256"], "token_files": files,
-        "tokens_snapshot_id": manifest["inputs"].get("tokenized.documents"),
-        "exported_at": dt.datetime.now(dt.UTC).isoformat(),
-    }, indent=1, sort_keys=True))
+    (out / "run_view.json").write_text(
+        json.dumps(
+            {
+                "format": BUNDLE_FORMAT,
+                "run_view_id": run_view_id,
+                "status": row["status"],
+                "manifest_sha256": row["manifest_sha256"],
+                "token_files": files,
+                "tokens_snapshot_id": manifest["inputs"].get(TOKENIZED_DOCUMENTS.identifier),
+                "exported_at": dt.datetime.now(dt.UTC).isoformat(),
+            },
+            indent=1,
+            sort_keys=True,
+        )
+    )
     return out
 
 
-def _open_bundle(path: Path, run_view_id: str | None, io_properties: Mapping[str, str],
-                 max_cached_row_groups: int) -> RunView:
+def _open_bundle(
+    path: Path, run_view_id: str | None, io_properties: Mapping[str, str], max_cached_row_groups: int
+) -> RunView:
     meta_path = path / "run_view.json"
     if not meta_path.is_file():
-        raise RunViewNotFound(f"{str(path)!r} is not a run view bundle (no run_view.json); create one with "
-                              f"loader.export_run_view")
+        raise RunViewNotFound(
+            f"{str(path)!r} is not a run view bundle (no run_view.json); create one with loader.export_run_view"
+        )
     meta = json.loads(meta_path.read_text())
     if meta.get("format") != BUNDLE_FORMAT:
-        raise ManifestIntegrityError(f"bundle {str(path)!r} has format {meta.get('format')!r}, expected {BUNDLE_FORMAT}")
+        raise ManifestIntegrityError(
+            f"bundle {str(path)!r} has format {meta.get('format')!r}, expected {BUNDLE_FORMAT}"
+        )
     rid = meta["run_view_id"]
     if run_view_id is not None and run_view_id != rid:
         raise RunViewNotFound(f"bundle {str(path)!r} holds run view {rid}, not {run_view_id}")
@@ -428,43 +509,89 @@ def _open_bundle(path: Path, run_view_id: str | None, io_properties: Mapping[str
     manifest = parse_manifest((path / "manifest.json").read_bytes().decode("utf-8"), meta["manifest_sha256"], rid)
     samples = pq.read_table(path / "samples.parquet")
     check_samples(rid, manifest, samples)
-    return _view_from_layout(rid, meta["status"], manifest, meta["manifest_sha256"], samples, meta["token_files"],
-                             io_properties, "bundle", max_cached_row_groups)
+    return _view_from_layout(
+        rid,
+        meta["status"],
+        manifest,
+        meta["manifest_sha256"],
+        samples,
+        meta["token_files"],
+        io_properties,
+        "bundle",
+        max_cached_row_groups,
+    )
 
 
 # --- in memory --------------------------------------------------------------------------------------------
 
 
-def in_memory_view(docs: Sequence[np.ndarray], *, seq_len: int, eos_id: int, seed: int = 0,
-                   cross_document_attention: str = "masked", tokenizer_id: str = "in-memory",
-                   token_dtype: str = "uint16", epochs: int | None = None, block_size: int = 16,
-                   doc_ids: Sequence[str] | None = None, name: str = "memory") -> RunView:
+def in_memory_view(
+    docs: Sequence[np.ndarray],
+    *,
+    seq_len: int,
+    eos_id: int,
+    seed: int = 0,
+    cross_document_attention: str = "masked",
+    tokenizer_id: str = "in-memory",
+    token_dtype: str = "uint16",
+    epochs: int | None = None,
+    block_size: int = 16,
+    doc_ids: Sequence[str] | None = None,
+    name: str = "memory",
+) -> RunView:
     """A published-like view over token arrays in memory (each should end with `eos_id`); doc ids default to
     doc-<i>, and the manifest follows the run view contract so state and audit work unchanged."""
-    dtype = _dtype(token_dtype)
+    dtype = contract.token_dtype(token_dtype)
     data = [np.asarray(d, dtype=dtype).tobytes() for d in docs]
     ids = list(doc_ids) if doc_ids is not None else [f"doc-{i:06d}" for i in range(len(docs))]
     if len(set(ids)) != len(ids):
-        raise ValueError("in_memory_view: doc_ids must be unique (repeat a document by listing it twice with "
-                         "different ids)")
+        raise ValueError(
+            "in_memory_view: doc_ids must be unique (repeat a document by listing it twice with different ids)"
+        )
     shas = [hashlib.sha256(b).hexdigest() for b in data]
     n = pa.array([len(d) for d in docs], pa.int32())
-    samples = pa.table({
-        "sample_index": pa.array(range(len(docs)), pa.int64()), "doc_id": ids, "tokenizer_id": [tokenizer_id] * len(ids),
-        "crawl": ["memory"] * len(ids), "segment": ["0"] * len(ids), "component": ["all"] * len(ids),
-        "repetition": pa.array([0] * len(ids), pa.int32()), "n_tokens": n, "tokens_sha256": shas,
-    })
+    samples = pa.table(
+        {
+            "sample_index": pa.array(range(len(docs)), pa.int64()),
+            "doc_id": ids,
+            "tokenizer_id": [tokenizer_id] * len(ids),
+            "crawl": ["memory"] * len(ids),
+            "segment": ["0"] * len(ids),
+            "component": ["all"] * len(ids),
+            "repetition": pa.array([0] * len(ids), pa.int32()),
+            "n_tokens": n,
+            "tokens_sha256": shas,
+        }
+    )
     manifest = {
-        "format": "tokenlake.run_view/1", "name": name,
-        "tokenizer": {"tokenizer_id": tokenizer_id, "name": tokenizer_id, "vocab_size": None, "eos_id": eos_id,
-                      "token_dtype": token_dtype},
-        "inputs": {"tokenized.documents": None}, "seed": seed,
+        "format": contract.FORMAT,
+        "name": name,
+        "tokenizer": {
+            "tokenizer_id": tokenizer_id,
+            "name": tokenizer_id,
+            "vocab_size": None,
+            "eos_id": eos_id,
+            "token_dtype": token_dtype,
+        },
+        "inputs": {TOKENIZED_DOCUMENTS.identifier: None},
+        "seed": seed,
         "epoch_policy": {"epochs": epochs, "shuffle": "block"},
         "packing": {"seq_len": seq_len, "eos_id": eos_id, "cross_document_attention": cross_document_attention},
-        "samples": {"n_samples": len(ids), "n_tokens": int(sum(len(d) for d in docs)), "sha256": samples_digest(samples)},
+        "samples": {
+            "n_samples": len(ids),
+            "n_tokens": int(sum(len(d) for d in docs)),
+            "sha256": contract.samples_digest(samples),
+        },
     }
-    text = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    sha = hashlib.sha256(text.encode()).hexdigest()
+    sha = contract.manifest_sha256(manifest)
     source = InMemorySource(dict(zip(ids, data, strict=True)), ids, shas, token_dtype)
-    return RunView(f"{name}-{sha[:12]}", "published", manifest, sha, samples,
-                   chunk_blocks(len(ids), block_size), source, "memory")
+    return RunView(
+        contract.run_view_id(name, sha),
+        "published",
+        manifest,
+        sha,
+        samples,
+        chunk_blocks(len(ids), block_size),
+        source,
+        "memory",
+    )

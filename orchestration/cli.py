@@ -1,18 +1,20 @@
 """`tokenlake`: look at the lakehouse from a terminal.
 
-  tokenlake tables                      every table: rows, data files, current snapshot
-  tokenlake snapshots TABLE [-n 10]     a table's snapshot history with its provenance properties
-  tokenlake demo                        the `make demo` pipeline on the sample crawl
-  tokenlake runview list                every run view: id, status, samples, tokens, reviewer
-  tokenlake runview show ID             one run view's manifest (mixture requested vs realised, inputs, ...)
-  tokenlake runview approve|reject ID --sha256 HASH --reviewer NAME [--comment TEXT]
-                                        launch the publish_run_view job (the same gate as the UI Launchpad)
-  tokenlake delete KEY_TYPE VALUE --reason TEXT --requested-by NAME [--now]
-                                        record a deletion request (url | domain | deletion_key | record_id |
-                                        doc_id); the deletion_requests sensor propagates it, or --now here
-  tokenlake deletions [REQUEST_ID]      deletion requests, or one request's deletion report
-  tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs N]
-                                        WARC record -> curated decisions -> tokens -> run views and steps
+tokenlake tables                      every table: rows, data files, current snapshot
+tokenlake snapshots TABLE [-n 10]     a table's snapshot history with its provenance properties
+tokenlake digest [--json]             every table's row count and content digest, the run views' samples
+                                      digests (equal digests: the same rows, whatever built them)
+tokenlake demo                        the `make demo` pipeline on the sample crawl
+tokenlake runview list                every run view: id, status, samples, tokens, reviewer
+tokenlake runview show ID             one run view's manifest (mixture requested vs realised, inputs, ...)
+tokenlake runview approve|reject ID --sha256 HASH --reviewer NAME [--comment TEXT]
+                                      launch the publish_run_view job (the same gate as the UI Launchpad)
+tokenlake delete KEY_TYPE VALUE --reason TEXT --requested-by NAME [--now]
+                                      record a deletion request (url | domain | deletion_key | record_id |
+                                      doc_id); the deletion_requests sensor propagates it, or --now here
+tokenlake deletions [REQUEST_ID]      deletion requests, or one request's deletion report
+tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs N]
+                                      WARC record -> curated decisions -> tokens -> run views and steps
 """
 
 from __future__ import annotations
@@ -20,20 +22,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from iceberg_catalog import TABLES, Provenance, open_catalog
+from assets.governance.requests import KEY_TYPES
+from iceberg_catalog import TABLES, Lakehouse, Provenance
 
 
 def cmd_tables(_args) -> int:
-    catalog = open_catalog()
+    lakehouse = Lakehouse()
     print(f"{'table':<30} {'rows':>10} {'files':>6}  snapshot")
-    for ident in TABLES:
-        table = catalog.load_table(ident)
-        snap = table.current_snapshot()
+    for ident, t in TABLES.items():
+        snap = lakehouse.table(t).current_snapshot()
         summary = snap.summary.additional_properties if snap else {}
-        print(f"{ident:<30} {summary.get('total-records', '0'):>10} {summary.get('total-data-files', '0'):>6}  "
-              f"{snap.snapshot_id if snap else '-'}")
+        print(
+            f"{ident:<30} {summary.get('total-records', '0'):>10} {summary.get('total-data-files', '0'):>6}  "
+            f"{snap.snapshot_id if snap else '-'}"
+        )
     return 0
 
 
@@ -41,14 +45,33 @@ def cmd_snapshots(args) -> int:
     if args.table not in TABLES:
         print(f"unknown table {args.table!r}; tables: {', '.join(TABLES)}", file=sys.stderr)
         return 2
-    table = open_catalog().load_table(args.table)
+    table = Lakehouse().table(TABLES[args.table])
     snaps = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)[: args.n]
     for snap in snaps:
-        when = datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc).isoformat(timespec="seconds")
+        when = datetime.fromtimestamp(snap.timestamp_ms / 1000, UTC).isoformat(timespec="seconds")
         props = Provenance.from_snapshot_summary(snap.summary.additional_properties)
-        print(f"{snap.snapshot_id}  {when}  {snap.summary.operation.value:<9} "
-              f"records {snap.summary.additional_properties.get('total-records', '?')}")
+        print(
+            f"{snap.snapshot_id}  {when}  {snap.summary.operation.value:<9} "
+            f"records {snap.summary.additional_properties.get('total-records', '?')}"
+        )
         print("    " + json.dumps(props, sort_keys=True))
+    return 0
+
+
+def cmd_digest(args) -> int:
+    from iceberg_catalog.digest import lakehouse_digest
+
+    digest = lakehouse_digest(Lakehouse())
+    if args.json:
+        print(json.dumps(digest, sort_keys=True, separators=(",", ":")))
+        return 0
+    print(f"{'table':<30} {'rows':>10}  sha256")
+    for ident in sorted(TABLES):
+        print(f"{ident:<30} {digest[ident]['rows']:>10}  {digest[ident]['sha256']}")
+    samples = [sha for key, shas in sorted(digest.items()) if key not in TABLES for sha in shas]
+    print("\nrun view samples digests")
+    for sha in samples or ["(no run view)"]:
+        print(f"  {sha}")
     return 0
 
 
@@ -61,11 +84,13 @@ def cmd_demo(_args) -> int:
 def cmd_runview_list(_args) -> int:
     from assets.run_view.store import list_run_views
 
-    rows = list_run_views(open_catalog())
+    rows = list_run_views(Lakehouse())
     print(f"{'run_view_id':<34} {'status':<10} {'samples':>8} {'tokens':>12}  {'reviewer':<12} created")
     for r in rows:
-        print(f"{r['run_view_id']:<34} {r['status']:<10} {r['n_samples']:>8} {r['n_tokens']:>12,}  "
-              f"{r['reviewer'] or '-':<12} {r['created_at'].isoformat(timespec='seconds')}")
+        print(
+            f"{r['run_view_id']:<34} {r['status']:<10} {r['n_samples']:>8} {r['n_tokens']:>12,}  "
+            f"{r['reviewer'] or '-':<12} {r['created_at'].isoformat(timespec='seconds')}"
+        )
     if not rows:
         print("(none: materialise run_view/candidate, e.g. `make demo`)")
     return 0
@@ -74,7 +99,7 @@ def cmd_runview_list(_args) -> int:
 def cmd_runview_show(args) -> int:
     from assets.run_view.store import load_manifest
 
-    row = load_manifest(open_catalog(), args.run_view_id)
+    row = load_manifest(Lakehouse(), args.run_view_id)
     if row is None:
         print(f"unknown run view {args.run_view_id!r}; see `tokenlake runview list`", file=sys.stderr)
         return 2
@@ -85,8 +110,10 @@ def cmd_runview_show(args) -> int:
     print("\nmixture (token shares)")
     print(f"  {'component':<16} {'requested':>10} {'realised':>10} {'doc share':>10} {'tokens':>12} {'documents':>10}")
     for r in m["realised"]:
-        print(f"  {r['component']:<16} {r['requested_share']:>10.2%} {r['token_share']:>10.2%} "
-              f"{r['document_share']:>10.2%} {r['tokens']:>12,} {r['documents']:>10}")
+        print(
+            f"  {r['component']:<16} {r['requested_share']:>10.2%} {r['token_share']:>10.2%} "
+            f"{r['document_share']:>10.2%} {r['tokens']:>12,} {r['documents']:>10}"
+        )
     print("\nmanifest")
     print(json.dumps({k: v for k, v in m.items() if k != "realised"}, indent=2, sort_keys=True))
     return 0
@@ -103,8 +130,11 @@ def _run_job(name: str, op: str, config: dict, source: str):
 
     with dg.DagsterInstance.get() as instance:
         res = defs.resolve_job_def(name).execute_in_process(
-            instance=instance, run_config={"ops": {op: {"config": config}}}, raise_on_error=False,
-            tags={"tokenlake/source": source})
+            instance=instance,
+            run_config={"ops": {op: {"config": config}}},
+            raise_on_error=False,
+            tags={"tokenlake/source": source},
+        )
     if not res.success:
         failure = next((e for e in res.all_events if e.event_type_value == "STEP_FAILURE"), None)
         reason = failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
@@ -115,8 +145,13 @@ def _run_job(name: str, op: str, config: dict, source: str):
 
 def cmd_runview_decide(args) -> int:
     """Launch publish_run_view on the local instance: the same op, checks lookup and refusals as the UI."""
-    cfg = {"run_view_id": args.run_view_id, "manifest_sha256": args.sha256, "reviewer": args.reviewer,
-           "decision": args.command_name, "comment": args.comment}
+    cfg = {
+        "run_view_id": args.run_view_id,
+        "manifest_sha256": args.sha256,
+        "reviewer": args.reviewer,
+        "decision": args.command_name,
+        "comment": args.comment,
+    }
     status = _run_job("publish_run_view", "decide_run_view", cfg, "tokenlake runview")
     if status is None:
         return 1
@@ -125,9 +160,12 @@ def cmd_runview_decide(args) -> int:
 
 
 def cmd_delete(args) -> int:
-    rid = _run_job("request_deletion", "record_deletion_request", {
-        "key_type": args.key_type, "value": args.value, "reason": args.reason, "requested_by": args.requested_by},
-        "tokenlake delete")
+    rid = _run_job(
+        "request_deletion",
+        "record_deletion_request",
+        {"key_type": args.key_type, "value": args.value, "reason": args.reason, "requested_by": args.requested_by},
+        "tokenlake delete",
+    )
     if rid is None:
         return 1
     print(f"deletion request {rid} recorded (pending)")
@@ -146,17 +184,19 @@ def _print_report(report: dict) -> None:
     print("  reaches " + ", ".join(f"{n} {k}" for k, n in report["lineage_keys"].items()))
     print(f"  {'table':<28} {'deleted':>8} {'expired':>8} {'files':>6} {'left':>5} {'scanned':>8}")
     for table, r in sorted(report["tables"].items()):
-        print(f"  {table:<28} {r['rows_deleted']:>8} {r['snapshots_expired']:>8} {r['files_removed']:>6} "
-              f"{r['matching_rows_in_retained_snapshots']:>5} {r['retained_snapshots_scanned']:>8}")
+        print(
+            f"  {table:<28} {r['rows_deleted']:>8} {r['snapshots_expired']:>8} {r['files_removed']:>6} "
+            f"{r['matching_rows_in_retained_snapshots']:>5} {r['retained_snapshots_scanned']:>8}"
+        )
     print(f"  superseded run views: {', '.join(report['superseded_run_views']) or 'none'}; erased: {report['erased']}")
 
 
 def cmd_deletions(args) -> int:
     from assets.governance.requests import list_requests, load_request
 
-    catalog = open_catalog()
+    lakehouse = Lakehouse()
     if args.request_id:
-        row = load_request(catalog, args.request_id)
+        row = load_request(lakehouse, args.request_id)
         if row is None:
             print(f"unknown deletion request {args.request_id!r}", file=sys.stderr)
             return 2
@@ -165,7 +205,7 @@ def cmd_deletions(args) -> int:
             return 0
         _print_report(json.loads(row["report_json"]))
         return 0
-    for r in list_requests(catalog):
+    for r in list_requests(lakehouse):
         print(f"{r['request_id']}  {r['status']:<9} {r['key_type']:<12} {r['value']:<50} {r['requested_by']}")
     return 0
 
@@ -173,8 +213,13 @@ def cmd_deletions(args) -> int:
 def cmd_provenance(args) -> int:
     from assets.governance.provenance import provenance
 
-    found = provenance(open_catalog(), doc_id=args.doc_id, url=args.url, global_batch_size=args.global_batch_size,
-                       epochs=range(args.epochs))
+    found = provenance(
+        Lakehouse(),
+        doc_id=args.doc_id,
+        url=args.url,
+        global_batch_size=args.global_batch_size,
+        epochs=range(args.epochs),
+    )
     if not found:
         print("no such document in curated.documents", file=sys.stderr)
         return 2
@@ -183,17 +228,22 @@ def cmd_provenance(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tokenlake", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="tokenlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("tables", help="every table with rows, files and current snapshot").set_defaults(fn=cmd_tables)
     snaps = sub.add_parser("snapshots", help="a table's snapshots with provenance")
     snaps.add_argument("table")
     snaps.add_argument("-n", type=int, default=10, help="how many, newest first")
     snaps.set_defaults(fn=cmd_snapshots)
+    digest = sub.add_parser("digest", help="row count and content digest of every table, run view samples digests")
+    digest.add_argument("--json", action="store_true", help="one JSON object on one line")
+    digest.set_defaults(fn=cmd_digest)
     sub.add_parser("demo", help="run the pipeline on the sample crawl").set_defaults(fn=cmd_demo)
     rv = sub.add_parser("runview", help="list, inspect, approve or reject run views").add_subparsers(
-        dest="action", required=True)
+        dest="action", required=True
+    )
     rv.add_parser("list", help="every run view").set_defaults(fn=cmd_runview_list)
     show = rv.add_parser("show", help="one run view's manifest")
     show.add_argument("run_view_id")
@@ -206,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--comment", default="", required=action == "reject", help="why (required to reject)")
         p.set_defaults(fn=cmd_runview_decide, command_name=action)
     delete = sub.add_parser("delete", help="record (and with --now propagate) a deletion request")
-    delete.add_argument("key_type", choices=["url", "domain", "deletion_key", "record_id", "doc_id"])
+    delete.add_argument("key_type", choices=KEY_TYPES)
     delete.add_argument("value")
     delete.add_argument("--reason", required=True)
     delete.add_argument("--requested-by", required=True)

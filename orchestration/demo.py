@@ -1,9 +1,7 @@
-"""`make demo`: run the pipeline on the sample crawl through the same Definitions the UI uses.
-
-The sensor discovers the crawl segments and adds them as dynamic partitions; each requested partition is
-then ingested (raw) and curated in-process on the local instance (no server), after the reference LM and
-the language-ID validation are built; exact dedup runs last over every partition. Re-running replaces
-each partition; nothing is duplicated.
+"""`make demo`: the whole pipeline on the sample crawl, step by step in the order `orchestration.flow.STEPS`
+declares, in-process through the same Definitions the UI uses (no server). The sensor discovers the crawl
+segments and adds them as dynamic partitions; every other step runs its job once or per partition. Re-running
+replaces each partition; nothing is duplicated. The approval gate is left to a reviewer: the demo prints how.
 """
 
 from __future__ import annotations
@@ -13,89 +11,158 @@ from collections import Counter
 
 import dagster as dg
 
-from iceberg_catalog import tokenlake_home
 from assets.quarantine.benchmarks import DEFAULT_SOURCES
+from iceberg_catalog import Lakehouse, tokenlake_home
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    CURATED_EXACT_DUPLICATES,
+    CURATED_LANGID_VALIDATION,
+    DEDUP_MINHASH_BANDS,
+    DEDUP_NEAR_DUPLICATES,
+    QUARANTINE_EVAL_ITEMS,
+    QUARANTINE_MATCHES,
+    RAW_REJECTED_RECORDS,
+    RAW_WARC_RECORDS,
+    TOKENIZED_DOCUMENTS,
+    TOKENIZED_TOKENIZERS,
+)
+from orchestration.flow import STEPS, Step
 from orchestration.instance import prepare_dagster_home
 
 DEMO_TOKENIZER = "gpt2"
 
 
-def run_sensor_and_ingest(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[str]:
-    """One sensor tick (as the daemon would run it), then every requested partition in-process."""
-    from orchestration.sensors import new_crawl_segments
-
-    with dg.build_sensor_context(instance=instance, resources={"crawl_source": defs.resources["crawl_source"]}) as ctx:
-        result = new_crawl_segments(ctx)
+def discover_segments(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[str]:
+    """One tick of the `new_crawl_segments` sensor (as the daemon would run it): the segments it requests."""
+    sensor = defs.resolve_sensor_def("new_crawl_segments")
+    with dg.build_sensor_context(
+        instance=instance, resources={"crawl_source": defs.resources["crawl_source"]}, cursor=None
+    ) as ctx:
+        result = sensor(ctx)
     if isinstance(result, dg.SkipReason):
         return []
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    keys = [r.partition_key for r in result.run_requests or []]
-    for key in keys:
-        run_job(defs, instance, "raw_ingest", key)
-    return keys
+    return [r.partition_key for r in result.run_requests or []]
 
 
-def run_job(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None,
-            run_config=None) -> dg.ExecuteInProcessResult:
+def run_job(
+    defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None, run_config=None
+) -> dg.ExecuteInProcessResult:
     """Execute one job in-process on the instance (the run shows up in the UI's run history)."""
     print(f"running {name}" + (f" for {partition_key}" if partition_key else "") + " ...", flush=True)
-    res = defs.resolve_job_def(name).execute_in_process(instance=instance, partition_key=partition_key,
-                                                        run_config=run_config, tags={"tokenlake/source": "make demo"},
-                                                        raise_on_error=False)
+    res = defs.resolve_job_def(name).execute_in_process(
+        instance=instance,
+        partition_key=partition_key,
+        run_config=run_config,
+        tags={"tokenlake/source": "make demo"},
+        raise_on_error=False,
+    )
     if not res.success:
         raise SystemExit(f"{name} {partition_key or ''} failed; see run {res.run_id} in the Dagster UI")
     return res
 
 
-def report(catalog) -> None:
-    """Records per crawl/segment, rejects per reason, snapshot ids: what the demo prints."""
-    rows = catalog.load_table("raw.warc_records").scan(selected_fields=("crawl", "segment", "payload_length")).to_arrow()
+def partition_keys(step: Step, instance: dg.DagsterInstance, segments: list[str]) -> list:
+    """What one run of `step` covers, for every run the demo makes of it (adding tokenizer and benchmark
+    partitions first)."""
+    benchmarks = [s.name for s in DEFAULT_SOURCES]
+    if step.per == "tokenizer" or step.per == "tokenizer x segment":
+        instance.add_dynamic_partitions("tokenizers", [DEMO_TOKENIZER])
+    if step.per.startswith("benchmark"):
+        instance.add_dynamic_partitions("benchmarks", benchmarks)
+    return {
+        "all": [None],
+        "segment": segments,
+        "tokenizer": [DEMO_TOKENIZER],
+        "benchmark": benchmarks,
+        "tokenizer x segment": [dg.MultiPartitionKey({"tokenizer": DEMO_TOKENIZER, "segment": k}) for k in segments],
+        "benchmark x segment": [
+            dg.MultiPartitionKey({"benchmark": b, "segment": k}) for b in benchmarks for k in segments
+        ],
+    }[step.per]
+
+
+def run_pipeline(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[list[str], dg.ExecuteInProcessResult]:
+    """Every step of STEPS but the reviewer's; returns the segments and the run view candidate's run."""
+    candidate = None
+    segments = []
+    for step in STEPS:
+        if step.reviewer:
+            continue
+        if step.job == "raw_ingest":
+            discover_segments(defs, instance)
+            segments = sorted(instance.get_dynamic_partitions("crawl_segments"))
+        config = DEMO_RUN_VIEW if step.job == "run_view_candidate" else None
+        for key in partition_keys(step, instance, segments):
+            result = run_job(defs, instance, step.job, key, config)
+        if step.job == "run_view_candidate":
+            candidate = result
+    return segments, candidate
+
+
+def snapshot_lines(lakehouse: Lakehouse, *tables) -> None:
+    for t in tables:
+        table = lakehouse.table(t)
+        snap = table.current_snapshot()
+        print(
+            f"  {t.identifier:<28} snapshot {snap.snapshot_id if snap else None}  ({len(table.snapshots())} in history)"
+        )
+
+
+def report_raw(lakehouse: Lakehouse) -> None:
+    """Records per crawl/segment, rejects per reason, snapshot ids."""
+    rows = lakehouse.scan(RAW_WARC_RECORDS, ("crawl", "segment"))
     per_seg = Counter(zip(rows["crawl"].to_pylist(), rows["segment"].to_pylist()))
-    print("\nraw.warc_records: response records per crawl/segment")
+    print(f"\n{RAW_WARC_RECORDS}: response records per crawl/segment")
     for (crawl, seg), n in sorted(per_seg.items()):
         print(f"  {crawl}/{seg:<24} {n:>6}")
     print(f"  {'total':<40} {rows.num_rows:>6}")
-    rej = catalog.load_table("raw.rejected_records").scan(selected_fields=("reason",)).to_arrow()
-    print("\nraw.rejected_records: rejects per reason")
+    rej = lakehouse.scan(RAW_REJECTED_RECORDS, ("reason",))
+    print(f"\n{RAW_REJECTED_RECORDS}: rejects per reason")
     for reason, n in sorted(Counter(rej["reason"].to_pylist()).items()) or [("(none)", 0)]:
         print(f"  {reason:<40} {n:>6}")
     print("\nIceberg snapshots (current)")
-    for ident in ("raw.warc_records", "raw.rejected_records"):
-        t = catalog.load_table(ident)
-        snap = t.current_snapshot()
-        print(f"  {ident:<28} snapshot {snap.snapshot_id if snap else None}  ({len(t.snapshots())} in history)")
+    snapshot_lines(lakehouse, RAW_WARC_RECORDS, RAW_REJECTED_RECORDS)
 
 
-def report_curated(catalog) -> None:
-    """The funnel: documents per decision, then exact duplicates, then what is kept."""
+def report_curated(lakehouse: Lakehouse) -> None:
+    """The funnel: documents per decision, then exact and near duplicates, then what is kept."""
     from assets.curated.pipeline import funnel
 
-    docs = catalog.load_table("curated.documents").scan(selected_fields=("decision", "kept", "language")).to_arrow()
-    exact = set(catalog.load_table("curated.exact_duplicates").scan(selected_fields=("doc_id",)).to_arrow()["doc_id"]
-                .to_pylist())
-    near = catalog.load_table("curated.near_duplicates").scan(selected_fields=("doc_id", "decision")).to_arrow()
+    docs = lakehouse.scan(CURATED_DOCUMENTS, ("decision", "kept", "language"))
+    exact = set(lakehouse.scan(CURATED_EXACT_DUPLICATES, ("doc_id",))["doc_id"].to_pylist())
+    near = lakehouse.scan(DEDUP_NEAR_DUPLICATES, ("doc_id", "decision"))
     near_dups = {d for d, dec in zip(near["doc_id"].to_pylist(), near["decision"].to_pylist()) if dec}
-    print(f"\ncurated.documents: {docs.num_rows} HTML documents; funnel (first failing rule)")
+    print(f"\n{CURATED_DOCUMENTS}: {docs.num_rows} HTML documents; funnel (first failing rule)")
     rows = funnel(docs["decision"].to_pylist())
     kept = rows.pop()[1]
     only_near = near_dups - exact
-    for decision, n in rows + [("exact_duplicate", len(exact)), ("near_duplicate", len(only_near)),
-                               ("kept", kept - len(exact) - len(only_near))]:
+    for decision, n in rows + [
+        ("exact_duplicate", len(exact)),
+        ("near_duplicate", len(only_near)),
+        ("kept", kept - len(exact) - len(only_near)),
+    ]:
         print(f"  {decision:<40} {n:>6}")
     langs = Counter(lang for lang, k in zip(docs["language"].to_pylist(), docs["kept"].to_pylist()) if k)
     print("  kept by language: " + ", ".join(f"{lang} {n}" for lang, n in langs.most_common()))
-    for ident in ("curated.documents", "curated.exact_duplicates", "curated.langid_validation",
-                  "curated.minhash_bands", "curated.near_duplicates"):
-        snap = catalog.load_table(ident).current_snapshot()
-        print(f"  {ident:<28} snapshot {snap.snapshot_id if snap else None}")
+    snapshot_lines(
+        lakehouse,
+        CURATED_DOCUMENTS,
+        CURATED_EXACT_DUPLICATES,
+        CURATED_LANGID_VALIDATION,
+        DEDUP_MINHASH_BANDS,
+        DEDUP_NEAR_DUPLICATES,
+    )
 
 
-def report_tokenized(catalog) -> None:
-    t = catalog.load_table("tokenized.documents").scan(selected_fields=("tokenizer_id", "crawl", "n_tokens")).to_arrow()
-    names = {r["tokenizer_id"]: r["name"] for r in
-             catalog.load_table("tokenized.tokenizers").scan(selected_fields=("tokenizer_id", "name")).to_arrow().to_pylist()}
-    print("\ntokenized.documents: documents and tokens per tokenizer and crawl")
+def report_tokenized(lakehouse: Lakehouse) -> None:
+    """Documents and tokens per tokenizer and crawl."""
+    t = lakehouse.scan(TOKENIZED_DOCUMENTS, ("tokenizer_id", "crawl", "n_tokens"))
+    names = {
+        r["tokenizer_id"]: r["name"] for r in lakehouse.scan(TOKENIZED_TOKENIZERS, ("tokenizer_id", "name")).to_pylist()
+    }
+    print(f"\n{TOKENIZED_DOCUMENTS}: documents and tokens per tokenizer and crawl")
     totals: Counter = Counter()
     docs: Counter = Counter()
     for tid, crawl, n in zip(t["tokenizer_id"].to_pylist(), t["crawl"].to_pylist(), t["n_tokens"].to_pylist()):
@@ -103,15 +170,14 @@ def report_tokenized(catalog) -> None:
         docs[(names.get(tid, tid[:12]), crawl)] += 1
     for (name, crawl), n in sorted(totals.items()):
         print(f"  {name:<12} {crawl:<20} {docs[(name, crawl)]:>5} documents {n:>9,} tokens")
-    snap = catalog.load_table("tokenized.documents").current_snapshot()
-    print(f"  tokenized.documents          snapshot {snap.snapshot_id if snap else None}")
+    snapshot_lines(lakehouse, TOKENIZED_DOCUMENTS)
 
 
-def report_quarantine(catalog) -> None:
-    items = catalog.load_table("quarantine.eval_items").scan(selected_fields=("benchmark",)).to_arrow()
-    found = catalog.load_table("quarantine.matches").scan(selected_fields=("benchmark", "doc_id")).to_arrow()
-    per_bench = Counter(items["benchmark"].to_pylist())
-    docs = {}
+def report_quarantine(lakehouse: Lakehouse) -> None:
+    """Eval items per benchmark, and the kept documents that contain one."""
+    per_bench = Counter(lakehouse.scan(QUARANTINE_EVAL_ITEMS, ("benchmark",))["benchmark"].to_pylist())
+    found = lakehouse.scan(QUARANTINE_MATCHES, ("benchmark", "doc_id"))
+    docs: dict[str, set] = {}
     for b, d in zip(found["benchmark"].to_pylist(), found["doc_id"].to_pylist()):
         docs.setdefault(b, set()).add(d)
     print("\nquarantine: eval items per benchmark, kept documents that contain one")
@@ -121,33 +187,48 @@ def report_quarantine(catalog) -> None:
 
 # The demo's run view: a token-weighted mixture of perplexity buckets (the sample crawl keeps only a few
 # dozen English documents, so the mixture is small; the shape is what a real run view config looks like).
-DEMO_RUN_VIEW = {"ops": {"run_view__candidate": {"config": {
-    "name": "demo",
-    "tokenizer": DEMO_TOKENIZER,
-    "components": [
-        {"name": "head_middle", "weight": 0.7, "filters": {"ppl_bucket": ["head", "middle"]}, "max_repetitions": 1},
-        {"name": "tail", "weight": 0.3, "filters": {"ppl_bucket": ["tail"]}, "max_repetitions": 2},
-    ],
-    "seed": 1234,
-    "seq_len": 2048,
-    "cross_document_attention": "masked",
-}}}}
+DEMO_RUN_VIEW = {
+    "ops": {
+        "run_view__candidate": {
+            "config": {
+                "name": "demo",
+                "tokenizer": DEMO_TOKENIZER,
+                "components": [
+                    {
+                        "name": "head_middle",
+                        "weight": 0.7,
+                        "filters": {"ppl_bucket": ["head", "middle"]},
+                        "max_repetitions": 1,
+                    },
+                    {"name": "tail", "weight": 0.3, "filters": {"ppl_bucket": ["tail"]}, "max_repetitions": 2},
+                ],
+                "seed": 1234,
+                "seq_len": 2048,
+                "cross_document_attention": "masked",
+            }
+        }
+    }
+}
 
 
-def report_run_view(catalog, result: dg.ExecuteInProcessResult, checks: dict[str, bool]) -> None:
+def report_run_view(lakehouse: Lakehouse, result: dg.ExecuteInProcessResult, checks: dict[str, bool]) -> None:
     """The candidate: mixture requested vs realised, its checks, and how to approve it."""
     from assets.run_view.store import load_manifest
 
     mat = result.asset_materializations_for_node("run_view__candidate")[0]
     rv_id, sha = mat.metadata["run_view_id"].value, mat.metadata["manifest_sha256"].value
-    row = load_manifest(catalog, rv_id)
+    row = load_manifest(lakehouse, rv_id)
     m = row["manifest"]
-    print(f"\nrun view candidate {rv_id} ({row['status']}): {m['samples']['n_samples']} samples of "
-          f"{m['samples']['n_documents']} documents, {m['samples']['n_tokens']:,} tokens")
+    print(
+        f"\nrun view candidate {rv_id} ({row['status']}): {m['samples']['n_samples']} samples of "
+        f"{m['samples']['n_documents']} documents, {m['samples']['n_tokens']:,} tokens"
+    )
     print(f"  {'component':<14} {'requested':>10} {'realised':>10} {'doc share':>10} {'tokens':>9}")
     for r in m["realised"]:
-        print(f"  {r['component']:<14} {r['requested_share']:>10.1%} {r['token_share']:>10.1%} "
-              f"{r['document_share']:>10.1%} {r['tokens']:>9,}")
+        print(
+            f"  {r['component']:<14} {r['requested_share']:>10.1%} {r['token_share']:>10.1%} "
+            f"{r['document_share']:>10.1%} {r['tokens']:>9,}"
+        )
     print("  excluded: " + ", ".join(f"{k} {v}" for k, v in m["exclusions"].items()))
     print("  checks: " + ", ".join(f"{k} {'passed' if v else 'FAILED'}" for k, v in sorted(checks.items())))
     print(f"  manifest_sha256 {sha}")
@@ -165,33 +246,15 @@ def main() -> int:
 
     print(f"TOKENLAKE_HOME={home}\nDAGSTER_HOME={dagster_home}")
     with dg.DagsterInstance.get() as instance:
-        run_sensor_and_ingest(defs, instance)
-        keys = sorted(instance.get_dynamic_partitions("crawl_segments"))
-        run_job(defs, instance, "curate_models")
-        for key in keys:
-            run_job(defs, instance, "curate", key)
-            run_job(defs, instance, "minhash", key)
-        run_job(defs, instance, "exact_dedup")
-        run_job(defs, instance, "near_dedup")
-        instance.add_dynamic_partitions("tokenizers", [DEMO_TOKENIZER])
-        run_job(defs, instance, "register_tokenizer", DEMO_TOKENIZER)
-        for key in keys:
-            run_job(defs, instance, "tokenize", dg.MultiPartitionKey({"tokenizer": DEMO_TOKENIZER, "segment": key}))
-        names = [s.name for s in DEFAULT_SOURCES]
-        instance.add_dynamic_partitions("benchmarks", names)
-        for name in names:
-            run_job(defs, instance, "register_benchmark", name)
-            for key in keys:
-                run_job(defs, instance, "decontaminate", dg.MultiPartitionKey({"benchmark": name, "segment": key}))
-        candidate = run_job(defs, instance, "run_view_candidate", run_config=DEMO_RUN_VIEW)
+        segments, candidate = run_pipeline(defs, instance)
         checks = {e.check_name: e.passed for e in candidate.get_asset_check_evaluations()}
-        print(f"\n{len(keys)} partitions materialised: {', '.join(keys)}")
-    catalog = defs.resources["catalog"].catalog()
-    report(catalog)
-    report_curated(catalog)
-    report_tokenized(catalog)
-    report_quarantine(catalog)
-    report_run_view(catalog, candidate, checks)
+        print(f"\n{len(segments)} partitions materialised: {', '.join(segments)}")
+    lakehouse = defs.resources["catalog"].lakehouse()
+    report_raw(lakehouse)
+    report_curated(lakehouse)
+    report_tokenized(lakehouse)
+    report_quarantine(lakehouse)
+    report_run_view(lakehouse, candidate, checks)
     print("\nBrowse it: DAGSTER_HOME=" + str(dagster_home) + " .venv/bin/dagster dev -w workspace.yaml")
     return 0
 

@@ -1,9 +1,11 @@
-"""Dagster resources: the Iceberg catalog, the crawl source, the models, the benchmarks, the asset graph."""
+"""Dagster resources: the Iceberg catalog, the task executor, the crawl source, the models, the benchmarks,
+the asset graph."""
 
 from resources.benchmarks import BenchmarkSourceConfig, EvalBenchmarksResource
 from resources.catalog import IcebergCatalogResource
-from resources.lineage import AssetGraphSource, lineage_resource
 from resources.crawl_source import LocalCrawlSource, SegmentRef, WarcFileRef, parse_partition_key
+from resources.executor import InProcessExecutor, TaskExecutor, TaskExecutorResource
+from resources.lineage import AssetGraphSource, lineage_resource
 from resources.models import DEFAULT_TOKENIZERS, LanguageModelResource, TokenizerResource, reference_lm_path
 
 __all__ = [
@@ -14,6 +16,9 @@ __all__ = [
     "DEFAULT_TOKENIZERS",
     "TokenizerResource",
     "IcebergCatalogResource",
+    "InProcessExecutor",
+    "TaskExecutor",
+    "TaskExecutorResource",
     "LanguageModelResource",
     "LocalCrawlSource",
     "SegmentRef",

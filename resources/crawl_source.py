@@ -1,7 +1,7 @@
 """Where WARC files come from: a directory laid out like Common Crawl's bucket.
 
-`<root>/crawl-data/<CRAWL>/segments/<SEGMENT>/warc/*.warc.gz`. An S3 source will implement the same three
-methods (`list_segments`, `warc_files`, `open`) over `s3://commoncrawl/` with dagster-aws.
+`<root>/crawl-data/<CRAWL>/segments/<SEGMENT>/warc/*.warc.gz`. A source lists segments and their WARC files
+as URIs; raw ingest tasks open the URIs themselves (`assets.raw.ingest.open_uri`), wherever they run.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-from urllib.parse import unquote, urlparse
 
 import dagster as dg
 
-COMMON_CRAWL_TERMS = "Common Crawl Terms of Use (https://commoncrawl.org/terms-of-use); robots.txt honoured at crawl time"
+COMMON_CRAWL_TERMS = (
+    "Common Crawl Terms of Use (https://commoncrawl.org/terms-of-use); robots.txt honoured at crawl time"
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -70,9 +70,6 @@ class LocalCrawlSource(dg.ConfigurableResource):
         if not warc_dir.is_dir():
             raise FileNotFoundError(f"segment {ref.partition_key!r} not found: {str(warc_dir)!r} is not a directory")
         return [WarcFileRef(p.as_uri(), p.stat().st_size) for p in sorted(warc_dir.glob(self.file_glob)) if p.is_file()]
-
-    def open(self, f: WarcFileRef) -> BinaryIO:
-        return open(Path(unquote(urlparse(f.uri).path)), "rb")
 
     def fingerprint(self, files: list[WarcFileRef]) -> str:
         """sha256 over the file names and sizes a partition was built from (recorded as provenance)."""

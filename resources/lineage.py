@@ -22,5 +22,6 @@ class AssetGraphSource:
 
 
 def lineage_resource(definitions: Callable[[], dg.Definitions]) -> dg.ResourceDefinition:
-    return dg.ResourceDefinition.hardcoded_resource(AssetGraphSource(definitions),
-                                                    "The asset graph that deletion propagation walks.")
+    return dg.ResourceDefinition.hardcoded_resource(
+        AssetGraphSource(definitions), "The asset graph that deletion propagation walks."
+    )

@@ -24,8 +24,11 @@ class LanguageModelResource(dg.ConfigurableResource):
     def path(self) -> str:
         p = Path(self.model_path).expanduser() if self.model_path else reference_lm_path()
         if not p.is_file():
-            hint = ("materialise curated/reference_lm first (make demo does)" if not self.model_path
-                    else "set lm.model_path to an existing KenLM ARPA or binary file")
+            hint = (
+                "materialise curated/reference_lm first (make demo does)"
+                if not self.model_path
+                else "set lm.model_path to an existing KenLM ARPA or binary file"
+            )
             raise FileNotFoundError(f"KenLM model {str(p)!r} does not exist: {hint}")
         return str(p)
 

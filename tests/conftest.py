@@ -33,6 +33,14 @@ def tokenlake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def lakehouse(tokenlake_home: Path):
+    """The embedded lakehouse under a fresh TOKENLAKE_HOME (real SQLite catalog, real file warehouse)."""
+    from iceberg_catalog import Lakehouse
+
+    return Lakehouse()
+
+
+@pytest.fixture
 def instance():
     with dg.instance_for_test() as inst:
         yield inst
@@ -58,23 +66,32 @@ def crawl_root(tmp_path: Path):
     return build
 
 
-def materialize_segments(instance: dg.DagsterInstance, root: Path, keys, run_config=None,
-                         selection: str = "raw", lm_path: str = "") -> list:
+def materialize_segments(
+    instance: dg.DagsterInstance, root: Path, keys, run_config=None, selection: str = "raw", lm_path: str = ""
+) -> list:
     """Add `keys` as dynamic partitions and materialise `selection` (an asset group) for each, through real
     Dagster into the real catalog under TOKENLAKE_HOME."""
     from orchestration.definitions import defs
     from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
 
     instance.add_dynamic_partitions("crawl_segments", list(keys))
-    resources = {**defs.resources, "catalog": IcebergCatalogResource(),
-                 "crawl_source": LocalCrawlSource(root=str(root)), "lm": LanguageModelResource(model_path=lm_path)}
+    resources = {
+        **defs.resources,
+        "catalog": IcebergCatalogResource(),
+        "crawl_source": LocalCrawlSource(root=str(root)),
+        "lm": LanguageModelResource(model_path=lm_path),
+    }
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
-    sel = dg.AssetSelection.groups("raw") if selection == "raw" else dg.AssetSelection.assets(
-        dg.AssetKey(selection.split("/"))).required_multi_asset_neighbors()
+    sel = (
+        dg.AssetSelection.groups("raw")
+        if selection == "raw"
+        else dg.AssetSelection.assets(dg.AssetKey(selection.split("/"))).required_multi_asset_neighbors()
+    )
     results = []
     for key in keys:
-        res = dg.materialize(assets, partition_key=key, instance=instance, resources=resources,
-                             run_config=run_config, selection=sel)
+        res = dg.materialize(
+            assets, partition_key=key, instance=instance, resources=resources, run_config=run_config, selection=sel
+        )
         assert res.success, key
         results.append(res)
     return results
@@ -86,10 +103,19 @@ def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = 
     from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource
 
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)] + list(defs.asset_checks or [])
-    resources = {**defs.resources, "catalog": IcebergCatalogResource(),
-                 "lm": LanguageModelResource(model_path=lm_path), "crawl_source": LocalCrawlSource(root=str(SAMPLE_CRAWL))}
-    res = dg.materialize(assets, instance=instance, resources=resources, run_config=run_config,
-                         selection=dg.AssetSelection.assets(*(dg.AssetKey(k.split("/")) for k in keys)))
+    resources = {
+        **defs.resources,
+        "catalog": IcebergCatalogResource(),
+        "lm": LanguageModelResource(model_path=lm_path),
+        "crawl_source": LocalCrawlSource(root=str(SAMPLE_CRAWL)),
+    }
+    res = dg.materialize(
+        assets,
+        instance=instance,
+        resources=resources,
+        run_config=run_config,
+        selection=dg.AssetSelection.assets(*(dg.AssetKey(k.split("/")) for k in keys)),
+    )
     assert res.success, keys
     return res
 
@@ -97,7 +123,7 @@ def materialize_assets(instance: dg.DagsterInstance, *keys: str, lm_path: str = 
 @pytest.fixture(scope="session")
 def reference_lm_file(tmp_path_factory) -> str:
     """The reference KenLM model, built once per test session from the repo's corpus."""
-    from assets.curated.defs import REFERENCE_CORPUS
+    from assets.curated.models import REFERENCE_CORPUS
     from assets.curated.ngram_lm import build_reference_lm
 
     out = tmp_path_factory.mktemp("lm") / "reference_lm.arpa"

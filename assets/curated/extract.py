@@ -461,11 +461,11 @@ def _worker_main() -> None:
     logging.disable(logging.WARNING)  # trafilatura logs every discarded page; decisions carry that
 
     _, options = _read_frame(in_fd, None)
+    import inspect
+
     import trafilatura
     from trafilatura.deduplication import LRUCache
     from trafilatura.settings import LRU_SIZE
-
-    import inspect
 
     unknown = sorted(set(options) - set(inspect.signature(trafilatura.extract).parameters))
     if unknown:

@@ -129,7 +129,14 @@ def langid_validation(
         recall = tp / n
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         rows.append(
-            {"lang": gold, "n": n, "precision": precision, "recall": recall, "f1": f1, "unknown_share": unknown[gold] / n}
+            {
+                "lang": gold,
+                "n": n,
+                "precision": precision,
+                "recall": recall,
+                "f1": f1,
+                "unknown_share": unknown[gold] / n,
+            }
         )
     if rows:
         k = len(rows)
@@ -141,13 +148,3 @@ def langid_validation(
             }
         )
     return rows
-
-
-def format_validation(rows: list[dict]) -> str:
-    """The rows of `langid_validation` as a fixed-width text table."""
-    lines = [f"{'lang':<8}{'n':>6}{'prec':>8}{'recall':>8}{'f1':>8}{'unknown':>9}"]
-    for r in rows:
-        lines.append(
-            f"{r['lang']:<8}{r['n']:>6}{r['precision']:>8.3f}{r['recall']:>8.3f}{r['f1']:>8.3f}{r['unknown_share']:>9.3f}"
-        )
-    return "\n".join(lines)

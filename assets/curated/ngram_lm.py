@@ -164,9 +164,7 @@ def estimate_arpa(
         raise ValueError("no sentences to estimate from: the corpus is empty after lm_tokenize")
 
     unigrams = adjusted[0]
-    bad_words = sorted(
-        g[0] for g in unigrams if g[0] in (BOS, UNK) or not g[0] or any(c.isspace() for c in g[0])
-    )
+    bad_words = sorted(g[0] for g in unigrams if g[0] in (BOS, UNK) or not g[0] or any(c.isspace() for c in g[0]))
     # A literal </s> inside a sentence is the only way a gram can continue after </s>.
     if any(g[0] == EOS for g in adjusted[1]):
         bad_words.append(EOS)
@@ -198,9 +196,7 @@ def estimate_arpa(
             if count:
                 bucket = n_by_count.setdefault(context, [0, 0, 0])
                 bucket[min(count, 3) - 1] += 1
-        gammas.append(
-            {c: (d1 * k[0] + d2 * k[1] + d3 * k[2]) / denominator[c] for c, k in n_by_count.items()}
-        )
+        gammas.append({c: (d1 * k[0] + d2 * k[1] + d3 * k[2]) / denominator[c] for c, k in n_by_count.items()})
         denominators.append(denominator)
 
     probs: list[dict[tuple[str, ...], float]] = []

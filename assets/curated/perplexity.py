@@ -14,7 +14,7 @@ so a threshold is always an observed value and ties land in the same bucket.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -69,7 +69,7 @@ class PerplexityScorer:
         per_word = log10_prob / (n_words + len(sentences))
         return DocPerplexity(
             log10_prob_per_word=per_word,
-            perplexity=10.0 ** -per_word,
+            perplexity=10.0**-per_word,
             n_words=n_words,
             n_sentences=len(sentences),
         )
@@ -114,23 +114,19 @@ def ppl_bucket(ppl: float | None, thresholds: tuple[float, float]) -> Bucket | N
     return "tail"
 
 
-def buckets_by_language(
-    langs: Sequence[str | None],
-    ppls: Sequence[float | None],
-    head_pct: float = HEAD_PCT,
-    tail_pct: float = TAIL_PCT,
-) -> list[Bucket | None]:
-    """Bucket each document against the percentiles of its own language (CCNet); None where unscored."""
-    if len(langs) != len(ppls):
-        raise ValueError(f"langs and ppls differ in length: {len(langs)} != {len(ppls)}")
+def language_thresholds(
+    pairs: Iterable[tuple[str | None, float | None]], head_pct: float = HEAD_PCT, tail_pct: float = TAIL_PCT
+) -> dict[str | None, tuple[float, float]]:
+    """(p_head, p_tail) per language over its scored perplexities, from (language, perplexity) pairs in any
+    order; a language without a scored document has none."""
     by_lang: dict[str | None, list[float | None]] = {}
-    for lang, ppl in zip(langs, ppls):
+    for lang, ppl in pairs:
         by_lang.setdefault(lang, []).append(ppl)
-    thresholds = {
-        lang: bucket_thresholds(values, head_pct, tail_pct)
-        for lang, values in by_lang.items()
-        if _scored(values)
-    }
-    return [
-        ppl_bucket(ppl, thresholds[lang]) if lang in thresholds else None for lang, ppl in zip(langs, ppls)
-    ]
+    return {lang: bucket_thresholds(values, head_pct, tail_pct) for lang, values in by_lang.items() if _scored(values)}
+
+
+def language_bucket(
+    lang: str | None, ppl: float | None, thresholds: Mapping[str | None, tuple[float, float]]
+) -> Bucket | None:
+    """The bucket of one document against its language's thresholds; None where unscored."""
+    return ppl_bucket(ppl, thresholds[lang]) if lang in thresholds else None

@@ -68,9 +68,7 @@ PII_TYPES: tuple[str, ...] = (
 
 _PERSONAL_TYPES = frozenset({"email", "ip_address", "phone", "payment_card", "iban"})
 
-PLACEHOLDERS: dict[str, str] = {
-    t: (f"<{t.upper()}>" if t in _PERSONAL_TYPES else f"<SECRET:{t}>") for t in PII_TYPES
-}
+PLACEHOLDERS: dict[str, str] = {t: (f"<{t.upper()}>" if t in _PERSONAL_TYPES else f"<SECRET:{t}>") for t in PII_TYPES}
 
 # Lower rank wins an overlap. Containers first (a key block holds base64 that could look like anything),
 # then formats with a fixed prefix, then structured numbers, then the loosest detector (phone) last.
@@ -196,9 +194,7 @@ def _find_ips(text: str) -> Iterator[PiiMatch]:
 # -------------------------------------------------------------------------------------------- phone
 
 # A candidate is a run of digits and phone separators; the structure is checked in Python afterwards.
-_PHONE_CANDIDATE_RE = re.compile(
-    r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII
-)
+_PHONE_CANDIDATE_RE = re.compile(r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII)
 _PHONE_GROUP_RE = re.compile(r"\+?\(?\d{1,12}\)?", re.ASCII)
 _DATE_LIKE_RE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./](?:\d{4}|\d{2})", re.ASCII)
 # Numbers introduced by these words are references, not phone numbers.
@@ -330,9 +326,7 @@ def _valid_card(cand: str) -> bool:
         return False
     if seps:
         lens = tuple(len(g) for g in re.split(r"[ \-]", cand))
-        if lens not in _CARD_LAYOUTS_SPECIAL and not (
-            all(x == 4 for x in lens[:-1]) and 1 <= lens[-1] <= 4
-        ):
+        if lens not in _CARD_LAYOUTS_SPECIAL and not (all(x == 4 for x in lens[:-1]) and 1 <= lens[-1] <= 4):
             return False
     if len(set(digits)) == 1:
         return False  # 0000 0000 0000 0000 passes Luhn but is a filler

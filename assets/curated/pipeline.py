@@ -1,14 +1,5 @@
-"""One raw HTML record -> one curated document row: the per-document funnel. No Dagster here.
-
-Order of decisions (the first failing step names the document's `decision`; later signals are still
-computed whenever there is text, so thresholds can be changed without recomputing):
-  1. `http_status`                   the response is not 2xx
-  2. extraction                      `too_large`, `extract_failed`, `extract_timeout`, `empty` (trafilatura)
-  3. language                        `language_score` (< threshold), `language_not_allowed`
-  4. quality                         the first failing rule of `quality.QUALITY_REASONS`
-Stored text is the extracted, normalised (NFC, whitespace) text with PII and secrets replaced by typed
-placeholders; language, quality and perplexity are measured on that stored text.
-"""
+"""One raw HTML record -> one curated document row: the per-document funnel (order of decisions: README.md).
+No Dagster here."""
 
 from __future__ import annotations
 
@@ -17,43 +8,70 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from multiprocessing import get_context
 
-import pyarrow as pa
-
-from assets.curated.extract import Extractor, normalise_text
+from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, Extractor, normalise_text
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
 from assets.curated.perplexity import HEAD_PCT, TAIL_PCT, PerplexityScorer
 from assets.curated.pii import PII_TYPES, redact
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_decision, quality_signals
+from assets.knobs import knob
 
 DECISION_HTTP_STATUS = "http_status"
 HTML_CONTENT_TYPES = ("text/html", "application/xhtml+xml")
 
 # Columns of raw.warc_records the funnel reads.
-RAW_COLUMNS = ("record_id", "deletion_key", "crawl", "segment", "target_uri", "host", "warc_date", "http_status",
-               "content_type", "payload", "payload_sha1")
+RAW_COLUMNS = (
+    "record_id",
+    "deletion_key",
+    "crawl",
+    "segment",
+    "target_uri",
+    "host",
+    "warc_date",
+    "http_status",
+    "content_type",
+    "payload",
+    "payload_sha1",
+)
 
 
 @dataclass(frozen=True)
 class CurateParams:
-    """Every knob of the funnel, defaulting to the published values."""
+    """Every knob of curated/documents, defaulting to the published values (README.md); only `hashed()`
+    changes what is stored."""
 
-    language_threshold: float = DEFAULT_LANG_THRESHOLD
-    allowed_languages: tuple[str, ...] | None = None
-    quality: QualityThresholds = field(default_factory=QualityThresholds)
-    # CPU seconds per page: a safety net for pathological pages, set well above what ordinary pages need
-    # (the sample crawl's slowest takes ~1.8 s), so no decision depends on timing jitter
-    extract_timeout_s: float = 5.0
-    max_html_bytes: int = 5_000_000
-    ppl_head_pct: float = HEAD_PCT
-    ppl_tail_pct: float = TAIL_PCT
+    language_threshold: float = knob(
+        DEFAULT_LANG_THRESHOLD,
+        "a document is kept only when lid.176's top score is at least this (FineWeb, DCLM: 0.65)",
+    )
+    allowed_languages: tuple[str, ...] | None = knob(None, "languages a kept document may be in; null: any")
+    quality: QualityThresholds = knob(
+        QualityThresholds(), "quality thresholds (published defaults: Gopher, C4, FineWeb); null disables a rule"
+    )
+    extract_timeout_s: float = knob(
+        5.0,
+        "CPU seconds per page: a safety net for pathological pages, well above "
+        "what ordinary pages need (the sample crawl's slowest takes ~1.8 s), so "
+        "no decision depends on timing jitter",
+    )
+    max_html_bytes: int = knob(DEFAULT_MAX_HTML_BYTES, "a larger payload is not extracted (decision too_large)")
+    ppl_head_pct: float = knob(
+        float(HEAD_PCT),
+        "perplexity percentile (per language, within the partition) at or under which a document is in the head bucket",
+    )
+    ppl_tail_pct: float = knob(
+        float(TAIL_PCT), "perplexity percentile above which a document is in the tail bucket (middle in between)"
+    )
+    workers: int = knob(1, "processes curating in parallel within a task (results are identical)")
+    chunk_docs: int = knob(32, "documents handed to a worker process at a time")
+    files_per_slice: int = knob(1, "raw data files per task: the unit an executor runs (results do not depend on it)")
 
-    def as_config(self) -> dict:
-        """A plain mapping for the provenance config hash."""
-        return asdict(self)
+    def hashed(self) -> dict:
+        """What changes the stored rows (recorded as the snapshot's config hash)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("workers", "chunk_docs", "files_per_slice")}
 
 
 def is_html(content_type: str | None) -> bool:
@@ -155,8 +173,9 @@ class DocumentCurator:
         row.update(signals)
         ppl = self.lm.score(text)
         row.update(lm_log10_prob_per_word=ppl.log10_prob_per_word, perplexity=ppl.perplexity, lm_n_words=ppl.n_words)
-        reason = language_decision(lang, score, p.language_threshold,
-                                   set(p.allowed_languages) if p.allowed_languages else None)
+        reason = language_decision(
+            lang, score, p.language_threshold, set(p.allowed_languages) if p.allowed_languages else None
+        )
         if reason is None:
             reason = quality_decision(signals, p.quality)
         return _decide(row, reason, None) if reason else _decide(row, None, None)
@@ -184,21 +203,22 @@ def _curate_chunk(records: list[dict]) -> list[dict]:
     return [_WORKER.curate(r) for r in records]
 
 
-def curate_records(records: Iterable[Sequence[dict]], params: CurateParams, lm_path: str,
-                   workers: int = 1) -> Iterator[list[dict]]:
-    """Curate chunks of records, yielding one list of rows per chunk, in input order, whatever `workers` is."""
-    if workers <= 1:
+def curate_records(records: Iterable[Sequence[dict]], params: CurateParams, lm_path: str) -> Iterator[list[dict]]:
+    """Curate chunks of records, yielding one list of rows per chunk, in input order, with `params.workers`
+    processes (whatever their number, the rows are the same)."""
+    if params.workers <= 1:
         with DocumentCurator(params, lm_path) as curator:
             for chunk in records:
                 yield [curator.curate(r) for r in chunk]
         return
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                             initargs=(params, lm_path)) as pool:
+    with ProcessPoolExecutor(
+        params.workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(params, lm_path)
+    ) as pool:
         # bounded look-ahead: at most 2 chunks per worker in flight
         pending = []
         for chunk in records:
             pending.append(pool.submit(_curate_chunk, list(chunk)))
-            if len(pending) >= 2 * workers:
+            if len(pending) >= 2 * params.workers:
                 yield pending.pop(0).result()
         for fut in pending:
             yield fut.result()
@@ -209,23 +229,3 @@ def funnel(decisions: Iterable[str | None]) -> list[tuple[str, int]]:
     c = Counter(d or "kept" for d in decisions)
     kept = c.pop("kept", 0)
     return sorted(c.items(), key=lambda kv: (-kv[1], kv[0])) + [("kept", kept)]
-
-
-def exact_duplicate_rows(docs: pa.Table) -> pa.Table:
-    """For kept documents (doc_id, crawl, segment, text_sha256): every non-first occurrence of a text hash,
-    first = smallest (crawl, doc_id), with the canonical document it duplicates."""
-    ordered = docs.sort_by([("text_sha256", "ascending"), ("crawl", "ascending"), ("doc_id", "ascending")])
-    cols = {k: ordered[k].to_pylist() for k in ("doc_id", "crawl", "segment", "text_sha256")}
-    out: dict[str, list] = {k: [] for k in ("doc_id", "crawl", "segment", "decision", "duplicate_of",
-                                             "duplicate_of_crawl", "text_sha256")}
-    first = 0
-    for i, digest in enumerate(cols["text_sha256"]):
-        if i == 0 or digest != cols["text_sha256"][first]:
-            first = i
-            continue
-        for k in ("doc_id", "crawl", "segment", "text_sha256"):
-            out[k].append(cols[k][i])
-        out["decision"].append("exact_duplicate")
-        out["duplicate_of"].append(cols["doc_id"][first])
-        out["duplicate_of_crawl"].append(cols["crawl"][first])
-    return pa.table({k: pa.array(v, pa.string()) for k, v in out.items()})

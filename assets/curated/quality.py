@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from itertools import accumulate, compress
 from operator import itemgetter
 
+from assets.knobs import knob
+
 __all__ = [
     "QUALITY_REASONS",
     "QUALITY_SIGNAL_TYPES",
@@ -159,10 +161,14 @@ QUALITY_SIGNAL_DOCS: dict[str, str] = {
     "gopher_rep_n_lines": "lines (split on 1+ newlines)",
     "gopher_rep_dup_line_frac": "lines that repeat an earlier line / lines",
     "gopher_rep_dup_line_char_frac": "characters in repeated lines / characters",
-    **{f"gopher_rep_top_{n}gram_char_frac": f"characters covered by the most frequent {n}-gram / characters"
-       for n in TOP_NGRAM_SIZES},
-    **{f"gopher_rep_dup_{n}gram_char_frac": f"characters in repeated {n}-grams (no overlap) / characters"
-       for n in DUP_NGRAM_SIZES},
+    **{
+        f"gopher_rep_top_{n}gram_char_frac": f"characters covered by the most frequent {n}-gram / characters"
+        for n in TOP_NGRAM_SIZES
+    },
+    **{
+        f"gopher_rep_dup_{n}gram_char_frac": f"characters in repeated {n}-grams (no overlap) / characters"
+        for n in DUP_NGRAM_SIZES
+    },
     "gopher_n_tokens": "word and symbol tokens",
     "gopher_n_words": "tokens that contain a letter or digit",
     "gopher_mean_word_len": "mean characters per word",
@@ -193,6 +199,7 @@ QUALITY_SIGNAL_DOCS: dict[str, str] = {
     "fineweb_char_dup_ratio": "characters in repeated non-empty lines / non-newline characters",
     "fineweb_newline_ratio": "newlines / tokens",
 }
+
 
 def tokenize_words(text: str) -> list[str]:
     """Split text into word and symbol tokens (the tokenizer every word-based signal uses)."""
@@ -358,9 +365,7 @@ def _fineweb_signals(text: str, n_tokens: int | None, out: dict) -> None:
     n_lines = len(lines)
     out["fineweb_n_lines"] = n_lines
     out["fineweb_line_punct_ratio"] = _ratio(sum(1 for s in lines if s.endswith(TERMINAL_PUNCT)), n_lines)
-    out["fineweb_short_line_ratio"] = _ratio(
-        sum(1 for s in lines if len(s) <= FINEWEB_SHORT_LINE_LENGTH), n_lines
-    )
+    out["fineweb_short_line_ratio"] = _ratio(sum(1 for s in lines if len(s) <= FINEWEB_SHORT_LINE_LENGTH), n_lines)
     non_empty = [s for s in lines if s.strip()]
     out["fineweb_char_dup_ratio"] = _ratio(_dup_count_and_chars(non_empty)[1], len(text) - (n_lines - 1))
     if n_tokens is None:
@@ -384,42 +389,49 @@ def quality_signals(text: str) -> dict[str, float | int]:
 class QualityThresholds:
     """Every threshold of quality_decision, defaulting to the published values; ``None`` disables a rule."""
 
-    gopher_rep_max_dup_para_frac: float | None = 0.3
-    gopher_rep_max_dup_para_char_frac: float | None = 0.2
-    gopher_rep_max_dup_line_frac: float | None = 0.3
-    gopher_rep_max_dup_line_char_frac: float | None = 0.2
-    gopher_rep_max_top_2gram_char_frac: float | None = 0.20
-    gopher_rep_max_top_3gram_char_frac: float | None = 0.18
-    gopher_rep_max_top_4gram_char_frac: float | None = 0.16
-    gopher_rep_max_dup_5gram_char_frac: float | None = 0.15
-    gopher_rep_max_dup_6gram_char_frac: float | None = 0.14
-    gopher_rep_max_dup_7gram_char_frac: float | None = 0.13
-    gopher_rep_max_dup_8gram_char_frac: float | None = 0.12
-    gopher_rep_max_dup_9gram_char_frac: float | None = 0.11
-    gopher_rep_max_dup_10gram_char_frac: float | None = 0.10
+    gopher_rep_max_dup_para_frac: float | None = knob(0.3, "Gopher: max share of duplicate paragraphs")
+    gopher_rep_max_dup_para_char_frac: float | None = knob(
+        0.2, "Gopher: max share of characters in duplicate paragraphs"
+    )
+    gopher_rep_max_dup_line_frac: float | None = knob(0.3, "Gopher: max share of duplicate lines")
+    gopher_rep_max_dup_line_char_frac: float | None = knob(0.2, "Gopher: max share of characters in duplicate lines")
+    gopher_rep_max_top_2gram_char_frac: float | None = knob(0.20, "Gopher: max character share of the top 2-gram")
+    gopher_rep_max_top_3gram_char_frac: float | None = knob(0.18, "Gopher: max character share of the top 3-gram")
+    gopher_rep_max_top_4gram_char_frac: float | None = knob(0.16, "Gopher: max character share of the top 4-gram")
+    gopher_rep_max_dup_5gram_char_frac: float | None = knob(0.15, "Gopher: max character share of duplicate 5-grams")
+    gopher_rep_max_dup_6gram_char_frac: float | None = knob(0.14, "Gopher: max character share of duplicate 6-grams")
+    gopher_rep_max_dup_7gram_char_frac: float | None = knob(0.13, "Gopher: max character share of duplicate 7-grams")
+    gopher_rep_max_dup_8gram_char_frac: float | None = knob(0.12, "Gopher: max character share of duplicate 8-grams")
+    gopher_rep_max_dup_9gram_char_frac: float | None = knob(0.11, "Gopher: max character share of duplicate 9-grams")
+    gopher_rep_max_dup_10gram_char_frac: float | None = knob(0.10, "Gopher: max character share of duplicate 10-grams")
 
-    gopher_min_words: int | None = 50
-    gopher_max_words: int | None = 100_000
-    gopher_min_mean_word_len: float | None = 3
-    gopher_max_mean_word_len: float | None = 10
-    gopher_max_hash_ratio: float | None = 0.1
-    gopher_max_ellipsis_ratio: float | None = 0.1
-    gopher_max_bullet_line_frac: float | None = 0.9
-    gopher_max_ellipsis_line_frac: float | None = 0.3
-    gopher_min_alpha_token_frac: float | None = 0.8
-    gopher_min_stop_words: int | None = 2
+    gopher_min_words: int | None = knob(50, "Gopher: min non-symbol words")
+    gopher_max_words: int | None = knob(100_000, "Gopher: max non-symbol words")
+    gopher_min_mean_word_len: float | None = knob(3, "Gopher: min mean word length")
+    gopher_max_mean_word_len: float | None = knob(10, "Gopher: max mean word length")
+    gopher_max_hash_ratio: float | None = knob(0.1, "Gopher: max '#' per token")
+    gopher_max_ellipsis_ratio: float | None = knob(0.1, "Gopher: max ellipses per token")
+    gopher_max_bullet_line_frac: float | None = knob(0.9, "Gopher: max share of lines starting with a bullet")
+    gopher_max_ellipsis_line_frac: float | None = knob(0.3, "Gopher: max share of lines ending in an ellipsis")
+    gopher_min_alpha_token_frac: float | None = knob(0.8, "Gopher: min share of tokens with a letter")
+    gopher_min_stop_words: int | None = knob(2, "Gopher: min stop words")
 
-    # FineWeb runs C4 without the terminal-punctuation line filter; True is the C4 paper's setting.
-    c4_filter_no_terminal_punct: bool = False
-    c4_max_lorem_ipsum_lines: int | None = 0
-    c4_max_curly_bracket_lines: int | None = 0
-    c4_min_sentences: int | None = 5
+    c4_filter_no_terminal_punct: bool = knob(
+        False, "C4: only lines ending in terminal punctuation count (the C4 paper's setting; FineWeb runs without it)"
+    )
+    c4_max_lorem_ipsum_lines: int | None = knob(0, "C4: max 'lorem ipsum' lines")
+    c4_max_curly_bracket_lines: int | None = knob(0, "C4: max lines with a curly bracket")
+    c4_min_sentences: int | None = knob(5, "C4: min sentences")
 
-    fineweb_min_line_punct_ratio: float | None = 0.12  # dropped when ratio <= this
-    fineweb_line_punct_exclude_zero: bool = False
-    fineweb_max_short_line_ratio: float | None = 0.67  # dropped when ratio >= this
-    fineweb_max_char_dup_ratio: float | None = 0.01  # dropped when ratio >= this
-    fineweb_max_newline_ratio: float | None = 0.3
+    fineweb_min_line_punct_ratio: float | None = knob(
+        0.12, "FineWeb: dropped when the share of lines ending in punctuation is <= this"
+    )
+    fineweb_line_punct_exclude_zero: bool = knob(False, "FineWeb: a line punctuation ratio of 0 does not drop")
+    fineweb_max_short_line_ratio: float | None = knob(0.67, "FineWeb: dropped when the share of short lines is >= this")
+    fineweb_max_char_dup_ratio: float | None = knob(
+        0.01, "FineWeb: dropped when the character share of duplicate lines is >= this"
+    )
+    fineweb_max_newline_ratio: float | None = knob(0.3, "FineWeb: max newlines per token")
 
 
 # (reason, signal, comparison that means "drop", threshold field); "_terminal" marks the c4 signals whose
@@ -430,13 +442,21 @@ _RULES: tuple[tuple[str, str, str, str], ...] = (
     ("gopher_rep_dup_line_frac", "gopher_rep_dup_line_frac", ">", "gopher_rep_max_dup_line_frac"),
     ("gopher_rep_dup_line_char_frac", "gopher_rep_dup_line_char_frac", ">", "gopher_rep_max_dup_line_char_frac"),
     *(
-        (f"gopher_rep_top_{n}gram_char_frac", f"gopher_rep_top_{n}gram_char_frac", ">",
-         f"gopher_rep_max_top_{n}gram_char_frac")
+        (
+            f"gopher_rep_top_{n}gram_char_frac",
+            f"gopher_rep_top_{n}gram_char_frac",
+            ">",
+            f"gopher_rep_max_top_{n}gram_char_frac",
+        )
         for n in TOP_NGRAM_SIZES
     ),
     *(
-        (f"gopher_rep_dup_{n}gram_char_frac", f"gopher_rep_dup_{n}gram_char_frac", ">",
-         f"gopher_rep_max_dup_{n}gram_char_frac")
+        (
+            f"gopher_rep_dup_{n}gram_char_frac",
+            f"gopher_rep_dup_{n}gram_char_frac",
+            ">",
+            f"gopher_rep_max_dup_{n}gram_char_frac",
+        )
         for n in DUP_NGRAM_SIZES
     ),
     ("gopher_quality_n_words_low", "gopher_n_words", "<", "gopher_min_words"),

@@ -1,14 +1,5 @@
-"""Near-duplicate clustering from LSH band hashes: candidates band by band, then crawl-ordered union-find.
-
-Documents are numbered in canonical order, (crawl, doc_id) ascending, so a smaller index always wins.
-Candidates come one band at a time (documents sharing that band's hash), so memory holds the document index
-and the candidate edges, never all bands at once. Clustering processes crawls in order: a crawl's documents
-are united among themselves, then attached to the earliest cluster of an earlier crawl they touch. Clusters
-of earlier crawls are never merged or re-elected afterwards, so their canonical documents stay canonical
-whatever is added later, and the result is a pure function of the documents and their edges: the same
-whether crawls were materialised together or one after another, in any order, with any worker count.
-No Dagster here.
-"""
+"""Near-duplicate clustering: candidate pairs band by band, then crawl-ordered union-find in which earlier
+crawls' canonical documents never change (assets/dedup/README.md). No Dagster here."""
 
 from __future__ import annotations
 
@@ -24,8 +15,9 @@ DECISION_NEAR_DUPLICATE = "near_duplicate"
 MAX_ALL_PAIRS_BUCKET = 32
 
 
-def band_candidate_pairs(doc_index: np.ndarray, band_hash: np.ndarray,
-                         max_all_pairs: int = MAX_ALL_PAIRS_BUCKET) -> np.ndarray:
+def band_candidate_pairs(
+    doc_index: np.ndarray, band_hash: np.ndarray, max_all_pairs: int = MAX_ALL_PAIRS_BUCKET
+) -> np.ndarray:
     """Pairs (i, j), i < j, of documents sharing `band_hash` within ONE band, as an (k, 2) int64 array."""
     if len(doc_index) < 2:
         return np.empty((0, 2), np.int64)
@@ -53,7 +45,7 @@ def merge_edges(edge_arrays: Iterable[np.ndarray]) -> np.ndarray:
 
 
 def verify_edges(edges: np.ndarray, similarity: Callable[[int, int], float], threshold: float) -> np.ndarray:
-    """Keep the candidate pairs whose similarity (estimated Jaccard) reaches `threshold`."""
+    """Keep the candidate pairs whose similarity (exact or estimated Jaccard) reaches `threshold`."""
     keep = [k for k, (i, j) in enumerate(edges) if similarity(int(i), int(j)) >= threshold]
     return edges[keep] if len(keep) != len(edges) else edges
 

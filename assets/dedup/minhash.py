@@ -1,22 +1,5 @@
-"""MinHash signatures and LSH band hashes for near-duplicate detection (FineWeb settings). No Dagster here.
-
-A document becomes the set of its word 5-grams ("shingles") over text normalised the way datatrove's
-`simplify_text` does it (lower case, no punctuation, digits folded, diacritics stripped, whitespace collapsed).
-Its signature is a datasketch MinHash over those shingles with bands*rows = 14*8 = 112 permutations; each band
-of 8 rows is hashed to one signed 64-bit integer (an Iceberg `long`). Two documents become candidates when they
-share a band hash, i.e. with probability 1-(1-s^8)^14 for Jaccard similarity s (about 0.92 at s = 0.8), and a
-candidate pair is confirmed by its estimated Jaccard similarity (the fraction of equal signature rows).
-
-Everything here is a pure function of (text, params): signatures use datasketch's "affine32" permutation scheme
-(seeded by numpy's stable legacy RandomState) over a fixed 32-bit hash of each shingle, built from 64-bit hashes
-of its words (see "shingle hashes" below: each word occurrence is hashed once, in numpy, for a whole batch
-of documents), so the values are the same on every machine and independent of PYTHONHASHSEED. Values are
-32-bit: a signature is a uint32 array and stores as 4 * 112 = 448 little-endian bytes.
-
-Limit to know: a 112-row estimate has a standard deviation of about 0.04 near s = 0.8, so pairs within a few
-hundredths of the verification threshold fall on either side by chance (tests/dedup/test_minhash_quality.py
-measures it on real text); `exact_jaccard` on the candidates' shingles removes that noise where texts are at hand.
-"""
+"""MinHash signatures of word 5-grams and LSH band hashes (FineWeb settings): pure functions of (text, params),
+the same on every machine. Why these choices, and the limits: assets/dedup/README.md. No Dagster here."""
 
 from __future__ import annotations
 
@@ -26,13 +9,14 @@ import hashlib
 import operator
 import re
 import unicodedata
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import datasketch
 import numpy as np
 from datasketch import MinHash
+
+from assets.knobs import knob
 
 if int(datasketch.__version__.split(".")[0]) < 2:  # pragma: no cover - depends on the installed package
     raise ImportError(
@@ -47,17 +31,15 @@ SCHEME = "affine32"
 SIGNATURE_DTYPE = np.dtype("<u4")
 _EMPTY_VALUE = np.uint32(0xFFFFFFFF)  # datasketch's initial value: no shingle was ever hashed
 
-DEFAULT_VERIFY_THRESHOLD = 0.8  # FineWeb / RedPajama's duplicate threshold; estimates straddle it, see above
-
 
 @dataclass(frozen=True)
 class MinHashParams:
     """MinHash-LSH settings; the defaults are FineWeb's (datatrove `MinhashConfig`): 5-grams, 14 bands x 8 rows."""
 
-    n_grams: int = 5
-    bands: int = 14
-    rows: int = 8
-    seed: int = 1
+    n_grams: int = knob(5, "words per shingle (word n-grams of the normalised text)")
+    bands: int = knob(14, "LSH bands: documents sharing one band's hash become candidate pairs")
+    rows: int = knob(8, "signature rows per band (a signature has bands * rows values)")
+    seed: int = knob(1, "seed of the MinHash permutations")
 
     @property
     def num_perm(self) -> int:
@@ -239,15 +221,6 @@ def shingle_hashes(shingle_list: Iterable[bytes]) -> np.ndarray:
     return _gram_hashes(_word_hashes(b" ".join(shingle_list)), first, n_words)
 
 
-def shingle_hash32(shingle: bytes) -> int:
-    """The 32-bit value MinHash permutes for one shingle (what `shingle_hashes` gives for it).
-
-    Built from per-word hashes so that signatures() hashes whole documents word by word in numpy: ~4x less CPU
-    per shingle than BLAKE2b-32 of each joined shingle (bench/dedup_quality.py). Changing it changes every
-    stored signature."""
-    return int(shingle_hashes([shingle])[0])
-
-
 def _document_shingle_hashes(norms: Sequence[bytes], n: int) -> list[np.ndarray]:
     """Shingle hashes of each normalised document: the hashes of shingles(text, n), computed in one pass."""
     out = [np.empty(0, dtype=np.uint32)] * len(norms)
@@ -281,24 +254,26 @@ def _permutations(num_perm: int, seed: int) -> np.ndarray:
 
 def _minhash_kwargs(params: MinHashParams) -> dict:
     # The values given to datasketch are already hashes: its hashfunc only checks that each is an integer.
-    return {"num_perm": params.num_perm, "seed": params.seed, "hashfunc": operator.index,
-            "permutations": _permutations(params.num_perm, params.seed), "scheme": SCHEME}
+    return {
+        "num_perm": params.num_perm,
+        "seed": params.seed,
+        "hashfunc": operator.index,
+        "permutations": _permutations(params.num_perm, params.seed),
+        "scheme": SCHEME,
+    }
 
 
 def _signatures_of_hashes(hash_arrays: Iterable[np.ndarray], params: MinHashParams) -> list[np.ndarray]:
     # datasketch's batch API does the permutations and minima: one update_batch per document
-    return [m.hashvalues.astype(SIGNATURE_DTYPE, copy=False)
-            for m in MinHash.bulk((h.tolist() for h in hash_arrays), **_minhash_kwargs(params))]
+    return [
+        m.hashvalues.astype(SIGNATURE_DTYPE, copy=False)
+        for m in MinHash.bulk((h.tolist() for h in hash_arrays), **_minhash_kwargs(params))
+    ]
 
 
 def signature_of_shingles(shingle_list: Iterable[bytes], params: MinHashParams = DEFAULT_PARAMS) -> np.ndarray:
     """MinHash signature (uint32, length bands*rows) of already-made shingles, in one `update_batch` call."""
     return _signatures_of_hashes([shingle_hashes(shingle_list)], params)[0]
-
-
-def signature(text: str, params: MinHashParams = DEFAULT_PARAMS) -> np.ndarray:
-    """MinHash signature of a document: uint32 array of length bands*rows; all 0xFFFFFFFF if it has no words."""
-    return signatures([text], params)[0]
 
 
 def signatures(texts: Iterable[str], params: MinHashParams = DEFAULT_PARAMS) -> np.ndarray:
@@ -378,33 +353,3 @@ def exact_jaccard(shingles_a: Iterable[bytes], shingles_b: Iterable[bytes]) -> f
     a, b = set(shingles_a), set(shingles_b)
     union = len(a | b)
     return len(a & b) / union if union else 0.0
-
-
-def match_probability(s: float, bands: int = DEFAULT_PARAMS.bands, rows: int = DEFAULT_PARAMS.rows) -> float:
-    """Probability that two documents of Jaccard similarity s share at least one band: 1-(1-s^r)^b."""
-    return 1.0 - (1.0 - s**rows) ** bands
-
-
-def lsh_threshold(bands: int = DEFAULT_PARAMS.bands, rows: int = DEFAULT_PARAMS.rows) -> float:
-    """The similarity where the LSH S-curve is steepest, about (1/b)^(1/r) (0.72 for 14 x 8)."""
-    return (1.0 / bands) ** (1.0 / rows)
-
-
-def is_near_duplicate(sig_a: np.ndarray, sig_b: np.ndarray, threshold: float = DEFAULT_VERIFY_THRESHOLD) -> bool:
-    """Verification of an LSH candidate pair: estimated Jaccard similarity >= threshold."""
-    return estimated_jaccard(sig_a, sig_b) >= threshold
-
-
-def candidate_pairs(band_hash_lists: Sequence[Sequence[int]]) -> set[tuple[int, int]]:
-    """In-memory reference LSH: pairs (i, j), i < j, of documents sharing a hash in the same band.
-
-    Quadratic in bucket size; meant for tests and small sets, not for the pipeline."""
-    buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for doc, hashes in enumerate(band_hash_lists):
-        for band, h in enumerate(hashes):
-            buckets[(band, h)].append(doc)
-    pairs: set[tuple[int, int]] = set()
-    for members in buckets.values():
-        for k, i in enumerate(members):
-            pairs.update((i, j) for j in members[k + 1 :])
-    return pairs

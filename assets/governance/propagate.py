@@ -1,12 +1,5 @@
 """Deletion propagation: from a resolved request to rows deleted everywhere, views superseded, bytes gone.
-
-No Dagster here. The Dagster job hands in the erasure declaration of every asset downstream of raw (read
-from the asset graph); an asset without one makes `plan` refuse, so a new derived table cannot silently
-escape deletion. Then, per declared table: rows whose lineage keys match are deleted (copy-on-write, one
-snapshot tagged with the request id), the `runview-<id>` tags of the views that read them are removed after
-those views are marked `superseded`, snapshots outside the retained set (current + ref heads) are
-expired, unreferenced files are swept, and every retained snapshot is scanned to prove 0 matching rows.
-"""
+No Dagster; the steps and why they are in that order are in README.md."""
 
 from __future__ import annotations
 
@@ -14,27 +7,24 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysFalse, In
 
-from assets.governance.requests import LINEAGE_COLUMNS, LineageKeys, load_request, resolve, write_request_row
+from assets.governance.requests import LineageKeys, load_request, resolve, write_request_row
 from assets.run_view import store
-from assets.run_view.manifest import tag_name
-from iceberg_catalog import TABLES, Provenance
-from iceberg_catalog.catalog import load_table
+from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog.erasure import ERASURE_KEY, LINEAGE_COLUMNS
 from iceberg_catalog.maintenance import (
     count_matching_in_retained_snapshots,
     erase_rows,
     refs_reading_rows,
     remove_refs,
 )
+from iceberg_catalog.run_view_contract import TAG_PREFIX, tag_name
+from iceberg_catalog.schemas import RUN_VIEW_SAMPLES, TABLES, TableDef
 
 log = logging.getLogger(__name__)
-
-ERASURE_KEY = "tokenlake/erasure"
-TAG_PREFIX = "runview-"
 
 
 class ErasureCoverageError(RuntimeError):
@@ -44,24 +34,18 @@ class ErasureCoverageError(RuntimeError):
 @dataclass(frozen=True)
 class ErasureTarget:
     asset_key: str
-    table: str
+    table: TableDef
     columns: tuple[str, ...]
 
 
-def erasure(*tables: tuple[str, Sequence[str]], run_views: bool = False) -> dict:
-    """Asset metadata declaring how propagation deletes this asset's rows: (table, lineage columns) pairs;
-    `run_views` marks the asset whose rows make up run views (they are superseded, then erased)."""
-    return {ERASURE_KEY: {"tables": [{"table": t, "columns": list(cols)} for t, cols in tables],
-                          "run_views": run_views}}
-
-
 def plan(declarations: Mapping[str, Mapping | None]) -> list[ErasureTarget]:
-    """Erasure targets from {asset key: its declaration or None}; refuses any asset without one."""
+    """Erasure targets from {asset key: its declaration or None}; refuses any asset without a valid one."""
     missing = sorted(k for k, d in declarations.items() if not d)
     if missing:
         raise ErasureCoverageError(
             f"deletion propagation refused: {missing} downstream of raw declare no erasure (asset metadata "
-            f"{ERASURE_KEY!r}, see assets.governance.propagate.erasure); nothing was deleted")
+            f"{ERASURE_KEY!r}, see iceberg_catalog.erasure.erasure); nothing was deleted"
+        )
     targets: dict[str, ErasureTarget] = {}
     for key, decl in sorted(declarations.items()):
         for entry in decl["tables"]:
@@ -71,80 +55,116 @@ def plan(declarations: Mapping[str, Mapping | None]) -> list[ErasureTarget]:
             names = {f.name for f in TABLES[ident].schema.fields}
             bad = [c for c in columns if c not in LINEAGE_COLUMNS or c not in names]
             if bad or not columns:
-                raise ErasureCoverageError(f"{key}: table {ident} cannot be matched on {bad or 'no column'}; lineage "
-                                           f"columns are {LINEAGE_COLUMNS} and must exist in the table")
-            targets.setdefault(ident, ErasureTarget(key, ident, columns))
-    return sorted(targets.values(), key=lambda t: t.table)
+                raise ErasureCoverageError(
+                    f"{key}: table {ident} cannot be matched on {bad or 'no column'}; lineage "
+                    f"columns are {LINEAGE_COLUMNS} and must exist in the table"
+                )
+            targets.setdefault(ident, ErasureTarget(key, TABLES[ident], columns))
+    return [targets[ident] for ident in sorted(targets)]
 
 
-def _affected_views(catalog: Catalog, targets: Sequence[ErasureTarget], keys: LineageKeys
-                    ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+def _affected_views(
+    lakehouse: Lakehouse, targets: Sequence[ErasureTarget], keys: LineageKeys
+) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Published views whose tagged snapshots read matching rows ({view: {table: rows}}), and candidate views
     whose samples hold an affected document ({view: samples})."""
     published: dict[str, dict[str, int]] = {}
     for t in targets:
-        table = load_table(catalog, t.table)
         pred = keys.predicate(t.columns)
-        tagged = {name: ref.snapshot_id for name, ref in table.refs().items() if name.startswith(TAG_PREFIX)}
+        tagged = {
+            name: ref.snapshot_id
+            for name, ref in lakehouse.table(t.table).refs().items()
+            if name.startswith(TAG_PREFIX)
+        }
         for name, sid in tagged.items():
-            n = sum(b.num_rows for b in table.scan(row_filter=pred, selected_fields=(t.columns[0],),
-                                                   snapshot_id=sid).to_arrow_batch_reader())
+            n = sum(b.num_rows for b in lakehouse.batches_at(t.table, sid, t.columns[:1], pred))
             if n:
-                published.setdefault(name[len(TAG_PREFIX):], {})[t.table] = n
+                published.setdefault(name[len(TAG_PREFIX) :], {})[t.table.identifier] = n
     candidates: dict[str, int] = {}
-    samples = load_table(catalog, "run_view.samples")
-    if keys.doc_id and samples.current_snapshot() is not None:
-        rows = samples.scan(row_filter=In("doc_id", sorted(keys.doc_id)), selected_fields=("run_view_id",)).to_arrow()
+    if keys.doc_id:
+        rows = lakehouse.scan(RUN_VIEW_SAMPLES, ("run_view_id",), In("doc_id", sorted(keys.doc_id)))
         for rv in rows["run_view_id"].to_pylist():
             candidates[rv] = candidates.get(rv, 0) + 1
-    statuses = {r["run_view_id"]: r["status"] for r in store.list_run_views(catalog)}
+    statuses = {r["run_view_id"]: r["status"] for r in store.list_run_views(lakehouse)}
     candidates = {rv: n for rv, n in candidates.items() if statuses.get(rv) == "candidate"}
     published = {rv: t for rv, t in published.items() if statuses.get(rv) == "published"}
     return published, candidates
 
 
-def propagate(catalog: Catalog, request_id: str, targets: Sequence[ErasureTarget], provenance: Provenance,
-              catalog_fingerprint: str = "") -> dict:
+def _erase_table(
+    lakehouse: Lakehouse, t: ErasureTarget, keys: LineageKeys, tags: Sequence[str], props: Provenance
+) -> dict:
+    """Delete the matching rows of one table, drop the superseded views' tags, expire, sweep; then prove 0
+    matching rows in every retained snapshot. Commits nothing when there is nothing to do."""
+    table = lakehouse.table(t.table)
+    pred = keys.predicate(t.columns)
+    counts = count_matching_in_retained_snapshots(table, pred) if not keys.empty() else {}
+    present = [n for n in tags if n in table.refs()]
+    if not any(counts.values()) and not present:
+        return {
+            "rows_deleted": 0,
+            "snapshots_expired": 0,
+            "files_removed": 0,
+            "refs_removed": [],
+            "matching_rows_in_retained_snapshots": 0,
+            "retained_snapshots_scanned": len(counts),
+        }
+    report = erase_rows(
+        table,
+        pred if not isinstance(pred, AlwaysFalse) else None,
+        props.snapshot_properties(),
+        refs=present,
+        catalog_fingerprint=lakehouse.lock_key,
+    )
+    proof = count_matching_in_retained_snapshots(lakehouse.table(t.table), pred)
+    return {
+        "rows_deleted": report.rows_deleted,
+        "snapshots_expired": len(report.snapshots_expired),
+        "files_removed": len(report.files_removed),
+        "refs_removed": list(report.refs_removed),
+        "matching_rows_in_retained_snapshots": sum(proof.values()),
+        "retained_snapshots_scanned": len(proof),
+        "blocking_refs": refs_reading_rows(lakehouse.table(t.table), proof),
+    }
+
+
+def propagate(lakehouse: Lakehouse, request_id: str, targets: Sequence[ErasureTarget], provenance: Provenance) -> dict:
     """Carry out one deletion request end to end; returns its deletion report (also stored on the request).
     Running it again finds nothing to delete and commits nothing to any data table."""
-    request = load_request(catalog, request_id)
+    request = load_request(lakehouse, request_id)
     if request is None:
         raise KeyError(f"unknown deletion request {request_id!r}")
-    keys = resolve(catalog, request["key_type"], request["value"])
-    log.info("%s reaches %d records, %d deletion keys, %d documents", request_id, len(keys.record_id),
-             len(keys.deletion_key), len(keys.doc_id))
-    props = Provenance(provenance.asset_key, request_id, provenance.run_id, provenance.code_version,
-                       provenance.config_hash, {}, {**provenance.extra, "deletion-request-id": request_id})
-    published, candidates = _affected_views(catalog, targets, keys) if not keys.empty() else ({}, {})
+    keys = resolve(lakehouse, request["key_type"], request["value"])
+    log.info(
+        "%s reaches %d records, %d deletion keys, %d documents",
+        request_id,
+        len(keys.record_id),
+        len(keys.deletion_key),
+        len(keys.doc_id),
+    )
+    props = Provenance(
+        provenance.asset_key,
+        request_id,
+        provenance.run_id,
+        provenance.code_version,
+        provenance.config_hash,
+        {},
+        {**provenance.extra, "deletion-request-id": request_id},
+    )
+    published, candidates = _affected_views(lakehouse, targets, keys) if not keys.empty() else ({}, {})
     superseded = sorted(published) + sorted(candidates)
     for rv in superseded:
-        store.set_status(catalog, rv, props, catalog_fingerprint, status="superseded",
-                         superseded_by_request=request_id)
+        store.set_status(lakehouse, rv, props, status="superseded", superseded_by_request=request_id)
     tags = [tag_name(rv) for rv in sorted(published)]
-    tables: dict[str, dict] = {}
-    for t in targets:
-        table = load_table(catalog, t.table)
-        pred = keys.predicate(t.columns)
-        counts = count_matching_in_retained_snapshots(table, pred) if not keys.empty() else {}
-        present = [n for n in tags if n in table.refs()]
-        if not any(counts.values()) and not present:
-            tables[t.table] = {"rows_deleted": 0, "snapshots_expired": 0, "files_removed": 0, "refs_removed": [],
-                               "matching_rows_in_retained_snapshots": 0, "retained_snapshots_scanned": len(counts)}
-            continue
-        report = erase_rows(table, pred if not isinstance(pred, AlwaysFalse) else None,
-                            props.snapshot_properties(), refs=present, catalog_fingerprint=catalog_fingerprint)
-        proof = count_matching_in_retained_snapshots(load_table(catalog, t.table), pred)
-        tables[t.table] = {"rows_deleted": report.rows_deleted, "snapshots_expired": len(report.snapshots_expired),
-                           "files_removed": len(report.files_removed), "refs_removed": list(report.refs_removed),
-                           "matching_rows_in_retained_snapshots": sum(proof.values()),
-                           "retained_snapshots_scanned": len(proof),
-                           "blocking_refs": refs_reading_rows(load_table(catalog, t.table), proof)}
+    tables = {t.table.identifier: _erase_table(lakehouse, t, keys, tags, props) for t in targets}
     # the other tables a superseded view pinned (tokenizers, eval items, ...) lose its tag too
-    for ident in TABLES:
+    for ident, t in TABLES.items():
         if ident not in tables and tags:
-            remove_refs(load_table(catalog, ident), tags, catalog_fingerprint=catalog_fingerprint)
+            remove_refs(lakehouse.table(t), tags, catalog_fingerprint=lakehouse.lock_key)
     report = {
-        "request_id": request_id, "key_type": request["key_type"], "value": request["value"],
+        "request_id": request_id,
+        "key_type": request["key_type"],
+        "value": request["value"],
         "lineage_keys": {c: len(v) for c, v in keys.as_dict().items()},
         "doc_ids": keys.as_dict()["doc_id"][:100],
         "tables": tables,
@@ -152,18 +172,28 @@ def propagate(catalog: Catalog, request_id: str, targets: Sequence[ErasureTarget
         "rows_deleted": sum(t["rows_deleted"] for t in tables.values()),
         "erased": all(t["matching_rows_in_retained_snapshots"] == 0 for t in tables.values()),
     }
-    done = {**request, "status": "completed", "completed_at": datetime.now(timezone.utc),
-            "propagated_by_run_id": provenance.run_id, "report_json": json.dumps(report, sort_keys=True)}
+    done = {
+        **request,
+        "status": "completed",
+        "completed_at": datetime.now(UTC),
+        "propagated_by_run_id": provenance.run_id,
+        "report_json": json.dumps(report, sort_keys=True),
+    }
     if request["status"] != "completed":
-        write_request_row(catalog, done, props, catalog_fingerprint)
+        write_request_row(lakehouse, done, props)
     return report
 
 
-def superseded_without_successor(catalog: Catalog) -> list[str]:
+def superseded_without_successor(lakehouse: Lakehouse) -> list[str]:
     """Published-then-superseded views that no candidate names in `supersedes` yet (to rebuild)."""
-    views = store.list_run_views(catalog)
+    views = store.list_run_views(lakehouse)
     rebuilt = {r["supersedes"] for r in views if r["supersedes"]}
     # a reviewer on the row means it had been published: superseded candidates are not rebuilt
-    return sorted(r["run_view_id"] for r in views if r["status"] == "superseded" and r["superseded_by_request"]
-                  and r["reviewer"] and r["run_view_id"] not in rebuilt)
-
+    return sorted(
+        r["run_view_id"]
+        for r in views
+        if r["status"] == "superseded"
+        and r["superseded_by_request"]
+        and r["reviewer"]
+        and r["run_view_id"] not in rebuilt
+    )

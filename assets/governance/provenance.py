@@ -1,6 +1,6 @@
 """Provenance of a document, from WARC bytes to training steps. No Dagster.
 
-`provenance(catalog, doc_id=... | url=...)` follows the lineage keys through every state: the raw record
+`provenance(lakehouse, doc_id=... | url=...)` follows the lineage keys through every state: the raw record
 (WARC file, byte offset, collection time, licence basis), the curated decision and its signals, duplicate and
 quarantine decisions, the token arrays per tokenizer, and every run view that selected the document, with
 the global steps at which the loader serves it in a published view (for a given global batch size).
@@ -10,72 +10,106 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo, In
 
 from assets.raw.urls import deletion_key
-from iceberg_catalog import TABLES
-from iceberg_catalog.catalog import load_table
+from iceberg_catalog import Lakehouse
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    CURATED_EXACT_DUPLICATES,
+    DEDUP_NEAR_DUPLICATES,
+    QUARANTINE_MATCHES,
+    RAW_WARC_RECORDS,
+    RUN_VIEW_MANIFESTS,
+    RUN_VIEW_SAMPLES,
+    TOKENIZED_DOCUMENTS,
+)
 
-RAW_FIELDS = ("record_id", "deletion_key", "crawl", "segment", "target_uri", "warc_file", "warc_offset",
-              "warc_length", "warc_date", "licence_basis", "payload_sha1", "payload_length", "http_status")
-CURATED_FIELDS = ("doc_id", "record_id", "crawl", "segment", "url", "kept", "decision", "decision_detail",
-                  "language", "language_score", "perplexity", "ppl_bucket")
+RAW_FIELDS = (
+    "record_id",
+    "deletion_key",
+    "crawl",
+    "segment",
+    "target_uri",
+    "warc_file",
+    "warc_offset",
+    "warc_length",
+    "warc_date",
+    "licence_basis",
+    "payload_sha1",
+    "payload_length",
+    "http_status",
+)
+CURATED_FIELDS = (
+    "doc_id",
+    "record_id",
+    "crawl",
+    "segment",
+    "url",
+    "kept",
+    "decision",
+    "decision_detail",
+    "language",
+    "language_score",
+    "perplexity",
+    "ppl_bucket",
+)
 TOKEN_FIELDS = ("tokenizer_id", "doc_id", "crawl", "segment", "n_tokens", "tokens_sha256")
-
-
-def _rows(catalog: Catalog, ident: str, row_filter, fields: Sequence[str] | None = None) -> list[dict]:
-    table = load_table(catalog, ident)
-    if table.current_snapshot() is None:
-        return []
-    names = {f.name for f in TABLES[ident].schema.fields}
-    kwargs = {"selected_fields": tuple(f for f in fields if f in names)} if fields else {}
-    return table.scan(row_filter=row_filter, **kwargs).to_arrow().to_pylist()
 
 
 def _iso(row: dict) -> dict:
     return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
 
 
-def provenance(catalog: Catalog, doc_id: str | None = None, url: str | None = None,
-               global_batch_size: int | None = None, epochs: Sequence[int] = (0,)) -> list[dict]:
+def provenance(
+    lakehouse: Lakehouse,
+    doc_id: str | None = None,
+    url: str | None = None,
+    global_batch_size: int | None = None,
+    epochs: Sequence[int] = (0,),
+) -> list[dict]:
     """One entry per matching document (a URL can have several, e.g. one per crawl)."""
     if (doc_id is None) == (url is None):
         raise ValueError("give exactly one of doc_id or url")
-    if doc_id is not None:
-        docs = _rows(catalog, "curated.documents", EqualTo("doc_id", doc_id), CURATED_FIELDS)
-    else:
-        docs = _rows(catalog, "curated.documents", EqualTo("deletion_key", deletion_key(url)), CURATED_FIELDS)
-    out = []
-    for doc in sorted(docs, key=lambda d: (d["crawl"], d["doc_id"])):
-        out.append(document_provenance(catalog, doc, global_batch_size, epochs))
-    return out
+    where = EqualTo("doc_id", doc_id) if doc_id is not None else EqualTo("deletion_key", deletion_key(url))
+    docs = lakehouse.scan(CURATED_DOCUMENTS, CURATED_FIELDS, where).to_pylist()
+    return [
+        document_provenance(lakehouse, doc, global_batch_size, epochs)
+        for doc in sorted(docs, key=lambda d: (d["crawl"], d["doc_id"]))
+    ]
 
 
-def document_provenance(catalog: Catalog, doc: dict, global_batch_size: int | None, epochs: Sequence[int]) -> dict:
+def document_provenance(lakehouse: Lakehouse, doc: dict, global_batch_size: int | None, epochs: Sequence[int]) -> dict:
     did = doc["doc_id"]
-    raw = _rows(catalog, "raw.warc_records", EqualTo("record_id", doc["record_id"]), RAW_FIELDS)
-    exact = _rows(catalog, "curated.exact_duplicates", EqualTo("doc_id", did), ("decision", "duplicate_of"))
-    near = _rows(catalog, "curated.near_duplicates", EqualTo("doc_id", did),
-                 ("decision", "cluster_id", "cluster_size", "duplicate_of"))
-    matches = _rows(catalog, "quarantine.matches", EqualTo("doc_id", did),
-                    ("benchmark", "item_id", "kind", "overlap_fraction"))
-    tokens = _rows(catalog, "tokenized.documents", EqualTo("doc_id", did), TOKEN_FIELDS)
-    samples = _rows(catalog, "run_view.samples", EqualTo("doc_id", did),
-                    ("run_view_id", "sample_index", "repetition", "component"))
+
+    def rows(t, columns, where=EqualTo("doc_id", did)) -> list[dict]:
+        return lakehouse.scan(t, columns, where).to_pylist()
+
+    raw = rows(RAW_WARC_RECORDS, RAW_FIELDS, EqualTo("record_id", doc["record_id"]))
+    exact = rows(CURATED_EXACT_DUPLICATES, ("decision", "duplicate_of"))
+    near = rows(DEDUP_NEAR_DUPLICATES, ("decision", "cluster_id", "cluster_size", "duplicate_of"))
+    matches = rows(QUARANTINE_MATCHES, ("benchmark", "item_id", "kind", "overlap_fraction"))
+    tokens = rows(TOKENIZED_DOCUMENTS, TOKEN_FIELDS)
+    samples = rows(RUN_VIEW_SAMPLES, ("run_view_id", "sample_index", "repetition", "component"))
     views = []
     statuses = {}
     if samples:
-        for r in _rows(catalog, "run_view.manifests", In("run_view_id", sorted({s["run_view_id"] for s in samples})),
-                       ("run_view_id", "status", "reviewer", "superseded_by_request")):
+        for r in rows(
+            RUN_VIEW_MANIFESTS,
+            ("run_view_id", "status", "reviewer", "superseded_by_request"),
+            In("run_view_id", sorted({s["run_view_id"] for s in samples})),
+        ):
             statuses[r["run_view_id"]] = r
     for rv_id in sorted({s["run_view_id"] for s in samples}):
         mine = sorted((s for s in samples if s["run_view_id"] == rv_id), key=lambda s: s["sample_index"])
-        entry = {"run_view_id": rv_id, **{k: v for k, v in statuses.get(rv_id, {}).items() if k != "run_view_id"},
-                 "samples": [{k: s[k] for k in ("sample_index", "repetition", "component")} for s in mine]}
+        entry = {
+            "run_view_id": rv_id,
+            **{k: v for k, v in statuses.get(rv_id, {}).items() if k != "run_view_id"},
+            "samples": [{k: s[k] for k in ("sample_index", "repetition", "component")} for s in mine],
+        }
         if global_batch_size and entry.get("status") == "published":
             entry["global_batch_size"] = global_batch_size
-            entry["served_at"] = served_steps(catalog, rv_id, did, global_batch_size, epochs)
+            entry["served_at"] = served_steps(lakehouse, rv_id, did, global_batch_size, epochs)
         views.append(entry)
     return {
         "doc_id": did,
@@ -89,10 +123,11 @@ def document_provenance(catalog: Catalog, doc: dict, global_batch_size: int | No
     }
 
 
-def served_steps(catalog: Catalog, run_view_id: str, doc_id: str, global_batch_size: int,
-                 epochs: Sequence[int]) -> list[dict]:
+def served_steps(
+    lakehouse: Lakehouse, run_view_id: str, doc_id: str, global_batch_size: int, epochs: Sequence[int]
+) -> list[dict]:
     """Where the loader serves the document: (epoch, global step, sequence, token span) per piece."""
     from loader import open_run_view, steps_serving
 
-    view = open_run_view(run_view_id, catalog=catalog)
+    view = open_run_view(run_view_id, catalog=lakehouse)
     return [span._asdict() for span in steps_serving(view, doc_id, global_batch_size, epochs=tuple(epochs))]

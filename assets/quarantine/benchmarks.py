@@ -1,18 +1,5 @@
 """Evaluation benchmarks as plain items: read benchmark files into `EvalItem(benchmark, split, item_id, text)`.
-
-`text` is what a leaked copy of the item would look like on the web, and what the decontamination indexes
-(`ngrams.py`, `near_match.py`) match documents against:
-- GSM8K: question + "\\n" + answer (the worked solution with its `<<...>>` calculator notes and `#### n`).
-- HumanEval: prompt + canonical_solution. The `test` harness is left out: a model is shown the prompt and
-  graded on the solution, so those two are what leakage means; the asserts are never shown to the model and
-  would only dilute `overlap_fraction` for documents that copy the problem without them.
-- MMLU(-Redux): question + "\\n" + the choices, one a line. The correct answer's text is already one of the
-  choices, so it is not appended again (repeating it would add n-grams no leaked copy contains).
-Generic JSONL / CSV / Parquet sources join configurable fields with "\\n", or call a `builder(row) -> str`.
-
-Item ids are deterministic: `gsm8k/test/0` (line number), `humaneval/test/HumanEval/0` (`task_id`),
-`mmlu_redux/abstract_algebra/0` (subject from the CSV name, row number from 0); generic sources use
-`<name>/<split>/<id_field or row number>`. No Dagster here.
+What each benchmark's text is made of, and its item ids: README.md. No Dagster here.
 """
 
 from __future__ import annotations
@@ -241,3 +228,14 @@ def load_items(sources: Iterable[BenchmarkSource] = DEFAULT_SOURCES) -> list[Eva
             seen.add(item.item_id)
             items.append(item)
     return items
+
+
+def find_source(name: str, configured: Iterable[BenchmarkSource] = ()) -> BenchmarkSource:
+    """The benchmark source of that name: a configured one, else a shipped one (`DEFAULT_SOURCES`)."""
+    sources = {s.name: s for s in DEFAULT_SOURCES} | {s.name: s for s in configured}
+    if name not in sources:
+        raise KeyError(
+            f"unknown benchmark {name!r}: shipped {sorted(s.name for s in DEFAULT_SOURCES)}; add others "
+            f"under the `benchmarks` resource's `extra`"
+        )
+    return sources[name]

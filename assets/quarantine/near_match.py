@@ -1,36 +1,5 @@
-"""Near matches: evaluation items copied with light edits (case, punctuation, whitespace, a word or two
-substituted) that break every exact 13-gram of a short item. No Dagster here.
-
-An item of L words with two substituted words keeps a 13-gram only when L >= 41 or so; 2,814 of MMLU-Redux's
-5,700 items are shorter. So each document is compared with candidate items word by word, in two steps:
-
-1. Candidates by aligned anchors. Every item's word bigrams ("anchors") sit in one sorted uint64 array with
-   (item, position). A document bigram equal to an item's anchor at position q, found at document word p,
-   votes for "item starts at word p - q". An (item, start) pair with votes (counting starts within `slack`
-   words, so a split or merged word does not scatter them) from at least `max(min_votes, vote_fraction *
-   anchors of the item)` becomes a candidate; only the best start per item is kept. Bigrams shared by more
-   than `max_anchor_items` items ("of the", "which of") are not anchors: they would vote for everything.
-   Bigrams rather than 3- or 5-grams because two substitutions in an 8-word item can destroy all of its
-   3-grams but never all of its bigrams.
-2. Verification. The candidate's words are aligned with the document window from `start - slack` to
-   `start + L + slack` (difflib's matching blocks over word hashes); similarity = words of the item matched
-   in order / L. A match needs similarity >= `threshold`.
-
-Why not MinHash here: MinHash estimates Jaccard similarity of shingle sets, and each substituted word changes
-up to n of an item's n-gram shingles, a large share of a short item's (a 15-word item with two substitutions
-keeps 7 of its 13 3-grams, Jaccard 0.37), which is within chance overlap and the estimator's noise (sd ~0.05 with
-112 rows). Counting aligned words measures "how much of the item is there, in order" directly, exactly, and
-gives the span; the anchor index already makes the candidate set small.
-
-Default threshold 0.8: an item with k substituted words scores (L - k) / L, so two substitutions pass from
-L = 10 words and one from the 8-word minimum; case, punctuation and whitespace do not change the words at
-all. On the 1,475 real documents of tests/quarantine/test_injection.py nothing scores 0.6 or more; at 0.5 the
-first false positive appears (6 of a 12-word MMLU item's words, in order, in a Wikipedia sentence). 0.8
-keeps a margin above that while the light edits of the test are all found.
-
-Limits: insertions or deletions of more than `slack` words in total shift the alignment and lose votes;
-items under `min_words` words (one MMLU item has 7) are matched only exactly, by the n-gram index. A
-document's anchor hits are held in memory at once (about 3 per word on real text, ~40 bytes each).
+"""Near matches: evaluation items copied with light edits, found by aligned bigram anchors and verified by
+word alignment (README.md). No Dagster here.
 """
 
 from __future__ import annotations
@@ -140,11 +109,6 @@ class NearMatchIndex:
         )
 
     @property
-    def n_items(self) -> int:
-        """Number of items given to `build` (near-matchable or not)."""
-        return len(self.votes_needed)
-
-    @property
     def n_matchable(self) -> int:
         """Items that near matching can find (long enough, with enough distinctive anchors)."""
         return int(np.count_nonzero(self.votes_needed))
@@ -153,8 +117,12 @@ class NearMatchIndex:
     def nbytes(self) -> int:
         """Memory held by the index arrays, in bytes."""
         arrays = (
-            self.anchors, self.anchor_items, self.anchor_positions,
-            self.item_words, self.item_offsets, self.votes_needed,
+            self.anchors,
+            self.anchor_items,
+            self.anchor_positions,
+            self.item_words,
+            self.item_offsets,
+            self.votes_needed,
         )
         return sum(a.nbytes for a in arrays)
 

@@ -1,21 +1,5 @@
-"""GPT-3-style decontamination: find evaluation items' word 13-grams in documents. No Dagster here.
-
-Text is normalised to words (`normalise_words`): runs of letters and digits in any script, lower-cased,
-diacritics stripped, apostrophes inside a word dropped ("don't" -> "dont"); every other character
-(punctuation, symbols, `_`, whitespace) separates words. Digits are kept as they are (unlike MinHash
-dedup): GSM8K problems differ mostly in their numbers. Each word keeps its character span in the ORIGINAL
-text, so a match reports where in the document it lies.
-
-Hashing is stable across machines and runs: each word is hashed with BLAKE2b-64, and an n-gram's hash is
-sum_i(word_hash[j+i] * K_i) mod 2**64 with fixed 64-bit constants K_i (BLAKE2b-64 of "tl-ngram-<i>", made
-odd), plus a constant for the n-gram's length, then mixed by the splitmix64 finaliser. That is one vectorised numpy pass per position instead of one BLAKE2b call per n-gram; two
-different n-grams of random word hashes collide with probability about 2**-64.
-
-`NgramIndex` holds every item's distinct n-gram hashes in one sorted uint64 array with a parallel int32
-array of item indexes (12 bytes per n-gram). An item shorter than n words (87 MMLU-Redux items have 7 to 12
-words) is indexed as one "n-gram" of all its words, so short items are still found when they occur whole. A document
-matches an item when it contains at least one of the item's n-grams; the match's `score` (overlap fraction)
-says how much of the item it contains.
+"""GPT-3-style decontamination: normalised words with their spans, stable word n-gram hashes, and the
+index of evaluation items' n-grams (README.md). No Dagster here.
 """
 
 from __future__ import annotations
@@ -186,9 +170,7 @@ class NgramIndex:
         self.short_key_len = short_key_len
 
     @classmethod
-    def build(
-        cls, items: Iterable[str | object], n: int = DEFAULT_N, min_words: int = DEFAULT_MIN_WORDS
-    ) -> NgramIndex:
+    def build(cls, items: Iterable[str | object], n: int = DEFAULT_N, min_words: int = DEFAULT_MIN_WORDS) -> NgramIndex:
         """Index items (`EvalItem`s or plain texts; item_index = position in `items`) by their word n-grams.
 
         Items of fewer than `min_words` words are not indexed (their `ngram_counts` is 0): a 2-word item would
@@ -231,16 +213,16 @@ class NgramIndex:
         return len(self.hashes) + len(self.short_keys)
 
     @property
-    def n_items(self) -> int:
-        """Number of items given to `build` (including any too short to index)."""
-        return len(self.ngram_counts)
-
-    @property
     def nbytes(self) -> int:
         """Memory held by the index arrays, in bytes."""
         arrays = (
-            self.hashes, self.item_indexes, self.ngram_counts,
-            self.short_keys, self.short_items, self.short_full, self.short_lengths,
+            self.hashes,
+            self.item_indexes,
+            self.ngram_counts,
+            self.short_keys,
+            self.short_items,
+            self.short_full,
+            self.short_lengths,
         )
         return sum(a.nbytes for a in arrays)
 
@@ -254,8 +236,9 @@ class NgramIndex:
         for pos in np.flatnonzero(right > left):
             for k in range(left[pos], right[pos]):
                 length = int(self.short_lengths[k])
-                if pos + length <= len(norm) and ngram_hashes(norm.hashes[pos : pos + length], length)[0] == (
-                    self.short_full[k]
+                if (
+                    pos + length <= len(norm)
+                    and ngram_hashes(norm.hashes[pos : pos + length], length)[0] == (self.short_full[k])
                 ):
                     hits.append((int(self.short_items[k]), int(pos), int(pos + length - 1)))
         return hits

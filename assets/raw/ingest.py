@@ -1,30 +1,169 @@
-"""Ingest the WARC files of one segment into two streaming writers (rows, rejects). No Dagster here."""
+"""Raw evidence as plan -> task -> commit: one task per WARC file (or a few), one commit per table. No Dagster.
+
+`plan` lists the segment's WARC files in name order and gives each task its output locations; `run_task`
+streams its files through `read_warc` into Parquet data files of `raw.warc_records` and
+`raw.rejected_records` (memory bounded by one batch plus one record) and returns their paths and the
+per-file stats; `commit` replaces exactly the segment's partition of both tables, each in one transaction,
+with the files of every task in plan order, so the tables do not depend on which task ran first.
+"""
 
 from __future__ import annotations
 
-import logging
-import time
+import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from datetime import datetime
+from typing import BinaryIO
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
+from assets.knobs import knob
 from assets.raw.warc_reader import DEFAULT_MAX_RECORD_BYTES, FileStats, ReadContext, read_warc
+from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, TableDef, TaskOutput, TaskResult
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
 
+TABLES = (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS)
 
-class BatchSink(Protocol):
-    def write(self, data: pa.Table) -> None: ...
+
+@dataclass(frozen=True)
+class IngestParams:
+    """Knobs of the raw ingest; only `max_record_bytes` changes what is stored."""
+
+    max_record_bytes: int = knob(
+        DEFAULT_MAX_RECORD_BYTES, "a record whose payload is larger is rejected (record_too_large) instead of stored"
+    )
+    batch_bytes: int = knob(8 << 20, "payload bytes buffered before rows are written (bounds memory)")
+    batch_rows: int = knob(10_000, "rows buffered before they are written (bounds memory)")
+    files_per_task: int = knob(1, "WARC files per task: the unit an executor runs (results do not depend on it)")
+
+    def hashed(self) -> dict:
+        """What changes the stored rows (recorded as the snapshot's config hash)."""
+        return {"max_record_bytes": self.max_record_bytes}
+
+
+@dataclass(frozen=True)
+class IngestTask:
+    """Read `files` (URIs, in order) of one segment into the two outputs."""
+
+    index: int
+    files: tuple[str, ...]
+    context: ReadContext
+    params: IngestParams
+    rows_out: TaskOutput
+    rejects_out: TaskOutput
+
+
+@dataclass(frozen=True)
+class SegmentSource:
+    """One segment's input: its WARC file URIs in ingest (name) order, its licence basis, the ingest time."""
+
+    crawl: str
+    segment: str
+    files: tuple[str, ...]
+    licence_basis: str
+    ingested_at: datetime
+
+    @property
+    def partition(self) -> dict[str, str]:
+        return {"crawl": self.crawl, "segment": self.segment}
+
+
+def plan(lakehouse: Lakehouse, source: SegmentSource, params: IngestParams, run: str) -> list[IngestTask]:
+    """One task per `params.files_per_task` files of the segment, in the order given."""
+    if params.files_per_task < 1:
+        raise ValueError(f"files_per_task must be >= 1, got {params.files_per_task}")
+    ctx = ReadContext(source.crawl, source.segment, source.licence_basis, source.ingested_at)
+    step = params.files_per_task
+    return [
+        IngestTask(
+            i,
+            source.files[start : start + step],
+            ctx,
+            params,
+            lakehouse.output(RAW_WARC_RECORDS, source.partition, run, i),
+            lakehouse.output(RAW_REJECTED_RECORDS, source.partition, run, i),
+        )
+        for i, start in enumerate(range(0, len(source.files), step))
+    ]
+
+
+def open_uri(uri: str) -> BinaryIO:
+    """A WARC file by URI: `file://` (or a plain path) here; other schemes through pyarrow's filesystems."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return open(unquote(parsed.path) if parsed.scheme else uri, "rb")
+    from pyarrow import fs as pafs
+
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    return filesystem.open_input_file(path)
+
+
+class _Buffer:
+    """Rows of one table collected until `max_bytes`/`max_rows`, then written as one Arrow table."""
+
+    def __init__(self, writer: FileWriter, schema: pa.Schema, max_bytes: int, max_rows: int) -> None:
+        self.writer, self.schema, self.max_bytes, self.max_rows = writer, schema, max_bytes, max_rows
+        self.rows: list[dict] = []
+        self.nbytes = 0
+
+    def add(self, row: dict, nbytes: int) -> None:
+        self.rows.append(row)
+        self.nbytes += nbytes
+        if self.nbytes >= self.max_bytes or len(self.rows) >= self.max_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.writer.write(pa.Table.from_pylist(self.rows, schema=self.schema))
+        self.rows, self.nbytes = [], 0
+
+
+def run_task(task: IngestTask) -> TaskResult:
+    """Stream the task's files into data files; stats per file (`FileStats` as a dict). Never commits."""
+    p = task.params
+    rows_writer, rejects_writer = FileWriter(task.rows_out), FileWriter(task.rejects_out)
+    rows = _Buffer(rows_writer, RAW_WARC_RECORDS.arrow_schema, p.batch_bytes, p.batch_rows)
+    rejects = _Buffer(rejects_writer, RAW_REJECTED_RECORDS.arrow_schema, p.batch_bytes, p.batch_rows)
+    per_file = []
+    for uri in task.files:
+        fs = FileStats(uri)
+        with open_uri(uri) as fh:
+            for kind, item in read_warc(fh, uri, task.context, fs, max_record_bytes=p.max_record_bytes):
+                if kind == "row":
+                    rows.add(item, item["payload_length"] + 512)
+                else:
+                    rejects.add(item, 512)
+        per_file.append(dataclasses.asdict(fs))
+    rows.flush()
+    rejects.flush()
+    return TaskResult(task.index, (rows_writer.close(), rejects_writer.close()), {"files": per_file})
+
+
+def commit(
+    lakehouse: Lakehouse,
+    source: SegmentSource,
+    results: Sequence[TaskResult],
+    provenance: Mapping[TableDef, Provenance],
+) -> dict[TableDef, CommitResult]:
+    """Replace the segment's partition of both raw tables with the tasks' files (one transaction each)."""
+    return lakehouse.commit(results, {t: source.partition for t in TABLES}, provenance)
 
 
 @dataclass
 class SegmentStats:
-    """Totals over a segment's files, plus each file's own stats."""
+    """Totals over a segment's files, plus each file's own stats, in plan order."""
 
     files: list[FileStats] = field(default_factory=list)
-    seconds: float = 0.0
+
+    @classmethod
+    def of(cls, results: Sequence[TaskResult]) -> SegmentStats:
+        files = []
+        for r in sorted(results, key=lambda r: r.task_index):
+            for f in r.stats["files"]:
+                files.append(FileStats(f["warc_file"], f["bytes_read"], Counter(f["records"]), Counter(f["rejects"])))
+        return cls(files)
 
     @property
     def rows(self) -> int:
@@ -41,59 +180,3 @@ class SegmentStats:
     @property
     def rejects(self) -> Counter:
         return sum((f.rejects for f in self.files), Counter())
-
-
-class _Buffer:
-    """Rows of one table collected until `max_bytes`/`max_rows`, then flushed to the sink as Arrow."""
-
-    def __init__(self, sink: BatchSink, schema: pa.Schema, max_bytes: int, max_rows: int) -> None:
-        self.sink, self.schema, self.max_bytes, self.max_rows = sink, schema, max_bytes, max_rows
-        self.rows: list[dict] = []
-        self.nbytes = 0
-
-    def add(self, row: dict, nbytes: int) -> None:
-        self.rows.append(row)
-        self.nbytes += nbytes
-        if self.nbytes >= self.max_bytes or len(self.rows) >= self.max_rows:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.rows:
-            self.sink.write(pa.Table.from_pylist(self.rows, schema=self.schema))
-        self.rows, self.nbytes = [], 0
-
-
-def ingest_segment(
-    files: Iterable[str],
-    open_file: Callable[[str], BinaryIO],
-    ctx: ReadContext,
-    rows_sink: BatchSink,
-    rejects_sink: BatchSink,
-    *,
-    batch_bytes: int = 8 << 20,
-    batch_rows: int = 10_000,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    log: logging.Logger | None = None,
-) -> SegmentStats:
-    """Stream every file into the sinks in order; memory is bounded by one batch plus one record."""
-    stats = SegmentStats()
-    rows = _Buffer(rows_sink, RAW_WARC_RECORDS.arrow_schema, batch_bytes, batch_rows)
-    rejects = _Buffer(rejects_sink, RAW_REJECTED_RECORDS.arrow_schema, batch_bytes, batch_rows)
-    t0 = time.perf_counter()
-    for uri in files:
-        fs = FileStats(uri)
-        with open_file(uri) as fh:
-            for kind, item in read_warc(fh, uri, ctx, fs, max_record_bytes=max_record_bytes):
-                if kind == "row":
-                    rows.add(item, item["payload_length"] + 512)
-                else:
-                    rejects.add(item, 512)
-        stats.files.append(fs)
-        if log is not None:
-            others = {k: v for k, v in sorted(fs.records.items()) if k not in ("response", "rejected")}
-            log.info("%s: %d responses stored, rejects %s, other records %s, %.2f MB read", uri.rsplit("/", 1)[-1],
-                     fs.responses, dict(fs.rejects), others, fs.bytes_read / 1e6)
-    rows.flush()
-    rejects.flush()
-    stats.seconds = time.perf_counter() - t0
-    return stats

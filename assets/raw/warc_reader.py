@@ -1,15 +1,5 @@
-"""Read one WARC file into raw rows and rejects, streaming, in bounded memory. No Dagster here.
-
-A `.warc.gz` is a series of gzip members, one record each. We split the file into members ourselves
-(zlib, chunked) so that every record has an exact (offset, length) in the file, and so that damage stays
-local: a corrupt or truncated member, garbage between members, or a record warcio cannot parse becomes one
-reject with its offset and a reason, and reading resumes at the next gzip member. Each member's
-decompressed bytes are parsed with warcio. Uncompressed `.warc` files are read with warcio alone (offsets
-from warcio; a parse error rejects the rest of that file).
-
-Accounting: every record in a file ends up exactly once in `FileStats.records` as a stored `response`, a
-counted other type (request, metadata, warcinfo, ...), or a reject; an unreadable byte region (garbage,
-a corrupt member, an empty or non-WARC file) is one reject.
+"""Read one WARC file into raw rows and rejects, streaming, in bounded memory, every record with its exact
+gzip-member offset and length; damage stays local (see assets/raw/README.md). No Dagster here.
 """
 
 from __future__ import annotations
@@ -21,7 +11,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import BinaryIO
 
 from warcio.archiveiterator import ArchiveIterator
@@ -154,12 +144,16 @@ def iter_gzip_members(
             length = buf_offset + len(buf) - start
             buf_offset += len(buf)
             buf = b""
-            yield Member(start, length, reason=TRUNCATED_GZIP_MEMBER, detail=f"gzip member ends at EOF after {length} bytes")
+            yield Member(
+                start, length, reason=TRUNCATED_GZIP_MEMBER, detail=f"gzip member ends at EOF after {length} bytes"
+            )
             continue
         buf, buf_offset = buf[consumed:], buf_offset + consumed
         length = buf_offset - start
         if size > max_member_bytes:
-            yield Member(start, length, reason=RECORD_TOO_LARGE, detail=f"{size} bytes decompressed > {max_member_bytes}")
+            yield Member(
+                start, length, reason=RECORD_TOO_LARGE, detail=f"{size} bytes decompressed > {max_member_bytes}"
+            )
         else:
             yield Member(start, length, data=b"".join(parts))
 
@@ -187,7 +181,7 @@ def _parse_warc_date(value: str | None) -> datetime | None:
         dt = datetime.fromisoformat(value.strip())
     except ValueError:
         return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -200,8 +194,9 @@ class ReadContext:
     ingested_at: datetime
 
 
-def _reject(ctx: ReadContext, warc_file: str, offset: int, length: int | None, reason: str, detail: str | None,
-            headers=None) -> dict:
+def _reject(
+    ctx: ReadContext, warc_file: str, offset: int, length: int | None, reason: str, detail: str | None, headers=None
+) -> dict:
     uri = headers.get_header("WARC-Target-URI") if headers is not None else None
     return {
         "crawl": ctx.crawl,
@@ -288,8 +283,17 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
         # warcio would happily read such bytes as a legacy ARC record; we only accept WARC.
         stats.records["rejected"] += 1
         stats.rejects[NOT_WARC] += 1
-        yield "reject", _reject(ctx, warc_file, member.offset, member.length, NOT_WARC,
-                                f"member does not start with a WARC version line: {data[:40]!r}")
+        yield (
+            "reject",
+            _reject(
+                ctx,
+                warc_file,
+                member.offset,
+                member.length,
+                NOT_WARC,
+                f"member does not start with a WARC version line: {data[:40]!r}",
+            ),
+        )
         return
     n_seen = 0
     try:
@@ -305,14 +309,33 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
             if row["record_id"] is None:
                 stats.records["rejected"] += 1
                 stats.rejects[BAD_WARC_HEADERS] += 1
-                yield "reject", _reject(ctx, warc_file, member.offset, member.length, BAD_WARC_HEADERS,
-                                        "response without WARC-Record-ID", record.rec_headers)
+                yield (
+                    "reject",
+                    _reject(
+                        ctx,
+                        warc_file,
+                        member.offset,
+                        member.length,
+                        BAD_WARC_HEADERS,
+                        "response without WARC-Record-ID",
+                        record.rec_headers,
+                    ),
+                )
             elif row["payload_digest_verified"] is False:
                 stats.records["rejected"] += 1
                 stats.rejects[PAYLOAD_DIGEST_MISMATCH] += 1
-                yield "reject", _reject(ctx, warc_file, member.offset, member.length, PAYLOAD_DIGEST_MISMATCH,
-                                        f"declared {row['payload_digest_declared']}, computed {row['payload_sha1']}",
-                                        record.rec_headers)
+                yield (
+                    "reject",
+                    _reject(
+                        ctx,
+                        warc_file,
+                        member.offset,
+                        member.length,
+                        PAYLOAD_DIGEST_MISMATCH,
+                        f"declared {row['payload_digest_declared']}, computed {row['payload_sha1']}",
+                        record.rec_headers,
+                    ),
+                )
             else:
                 stats.records["response"] += 1
                 yield "row", row
@@ -320,12 +343,20 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
         reason, headers = _classify_failure(data, exc) if n_seen == 0 else (UNREADABLE_RECORD, None)
         stats.records["rejected"] += 1
         stats.rejects[reason] += 1
-        yield "reject", _reject(ctx, warc_file, member.offset, member.length, reason,
-                                f"{type(exc).__name__}: {exc}", headers)
+        yield (
+            "reject",
+            _reject(ctx, warc_file, member.offset, member.length, reason, f"{type(exc).__name__}: {exc}", headers),
+        )
 
 
-def read_warc(stream: BinaryIO, warc_file: str, ctx: ReadContext, stats: FileStats | None = None, *,
-              max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[Item]:
+def read_warc(
+    stream: BinaryIO,
+    warc_file: str,
+    ctx: ReadContext,
+    stats: FileStats | None = None,
+    *,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> Iterator[Item]:
     """Yield ("row", ...) for each readable response record and ("reject", ...) for everything unreadable."""
     stats = stats if stats is not None else FileStats(warc_file)
     head = stream.read(len(GZIP_MAGIC))
@@ -346,14 +377,29 @@ def read_warc(stream: BinaryIO, warc_file: str, ctx: ReadContext, stats: FileSta
         return
     for member in iter_gzip_members(rest, max_member_bytes=max_record_bytes):
         if member.reason is not None:
-            if member.offset == 0 and member.reason in (GARBAGE_BYTES, CORRUPT_GZIP) and stats.bytes_read == 0 and not stats.records:
+            if (
+                member.offset == 0
+                and member.reason in (GARBAGE_BYTES, CORRUPT_GZIP)
+                and stats.bytes_read == 0
+                and not stats.records
+            ):
                 reason = NOT_WARC if member.reason == GARBAGE_BYTES else member.reason
             else:
                 reason = member.reason
             stats.records["rejected"] += 1
             stats.rejects[reason] += 1
-            yield "reject", _reject(ctx, warc_file, member.offset, member.length, reason, member.detail,
-                                    _warc_headers_of(member.data) if member.data else None)
+            yield (
+                "reject",
+                _reject(
+                    ctx,
+                    warc_file,
+                    member.offset,
+                    member.length,
+                    reason,
+                    member.detail,
+                    _warc_headers_of(member.data) if member.data else None,
+                ),
+            )
         else:
             yield from _parse_member(ctx, warc_file, member, stats)
     stats.bytes_read = rest.position
@@ -376,8 +422,18 @@ def _read_uncompressed(stream: BinaryIO, warc_file: str, ctx: ReadContext, stats
             if row["payload_digest_verified"] is False:
                 stats.records["rejected"] += 1
                 stats.rejects[PAYLOAD_DIGEST_MISMATCH] += 1
-                yield "reject", _reject(ctx, warc_file, offset, length, PAYLOAD_DIGEST_MISMATCH,
-                                        f"declared {row['payload_digest_declared']}", record.rec_headers)
+                yield (
+                    "reject",
+                    _reject(
+                        ctx,
+                        warc_file,
+                        offset,
+                        length,
+                        PAYLOAD_DIGEST_MISMATCH,
+                        f"declared {row['payload_digest_declared']}",
+                        record.rec_headers,
+                    ),
+                )
             else:
                 stats.records["response"] += 1
                 yield "row", row

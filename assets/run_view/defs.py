@@ -1,64 +1,81 @@
-"""Run view assets and the approval gate.
-
-`run_view/candidate` builds a candidate from its config (mixture, seed, epoch policy, packing, tokenizer) at
-the current snapshots of its inputs; four blocking checks verify it. The `publish_run_view` job (launched
-from the Launchpad, or by `tokenlake runview approve`) is the only way a view becomes `published`: its config
-names the view, the manifest hash the reviewer saw, the reviewer and the decision.
+"""Run views: the `run_view/candidate` asset with its four blocking checks, and the approval gate (the
+`publish_run_view` job, the only way a view becomes `published`). See README.md.
 
 No `from __future__ import annotations` in defs modules: Dagster reads config and resource types from the
 runtime annotations."""
 
-from typing import Optional
+import dataclasses
+from typing import Any, Optional
 
 import dagster as dg
+import pydantic
 
-from assets.governance.propagate import erasure
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
 from assets.dedup.defs import NEAR_DUPLICATES
-from assets.lakehouse import md_table, provenance
 from assets.plots import paired_bars_markdown
 from assets.quarantine.defs import EVAL_ITEMS, MATCHES
 from assets.run_view import store
 from assets.run_view.mixture import Component
+from assets.shell import md_table, provenance
 from assets.tokenized.defs import TOKENIZED_DOCUMENTS, TOKENIZERS
-from iceberg_catalog import Provenance, config_hash
+from iceberg_catalog import Lakehouse, Provenance, config_hash
+from iceberg_catalog.erasure import erasure
+from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES
 from resources import IcebergCatalogResource
 
 CANDIDATE = dg.AssetKey(["run_view", "candidate"])
+CODE_VERSION = "run-view-1"
 GATE_CODE_VERSION = "publish-1"
+
+
+def _knob(dc: type, name: str, default: Any = ...) -> Any:
+    """A Launchpad field with the explanation, and unless `default` is given the default, that the pure
+    dataclass declares for `name` (one definition per knob); `...` = required."""
+    f = next(f for f in dataclasses.fields(dc) if f.name == name)
+    if default is ...:
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else ...)
+        )
+    return pydantic.Field(default=default, description=f.metadata["doc"])
 
 
 class ComponentConfig(dg.Config):
     """A mixture component: documents whose label columns match every filter; `weight` is a token share."""
 
-    name: str
-    weight: float
-    filters: dict[str, list[str]] = {}
-    max_repetitions: int = 1
+    name: str = _knob(Component, "name")
+    weight: float = _knob(Component, "weight")
+    filters: dict[str, list[str]] = _knob(Component, "filters")
+    max_repetitions: int = _knob(Component, "max_repetitions")
 
 
 class RunViewConfig(dg.Config):
-    """A run view candidate. `token_budget` null = as many tokens as the mixture allows; `epochs` null =
-    unbounded; `share_tolerance` is the allowed |realised - requested| token share (0.01 = 1 point)."""
+    """A run view candidate (mixture, seed, epoch policy, packing, tokenizer), or the rebuild of a superseded
+    view with its own configuration."""
 
-    name: str = "demo"
-    tokenizer: str = "gpt2"
-    components: list[ComponentConfig] = [{"name": "all", "weight": 1.0}]
-    token_budget: Optional[int] = None
-    seed: int = 0
-    epochs: Optional[int] = None
-    seq_len: int = 2048
-    cross_document_attention: str = "masked"
-    share_tolerance: float = 0.01
-    # a superseded run view to rebuild on the current inputs with its own config (the fields above are ignored)
-    rebuild_of: Optional[str] = None
+    name: str = _knob(store.RunViewSpec, "name")
+    tokenizer: str = _knob(store.RunViewSpec, "tokenizer")
+    components: list[ComponentConfig] = _knob(
+        store.RunViewSpec, "components", [dataclasses.asdict(c) for c in store.RunViewSpec().components]
+    )
+    token_budget: Optional[int] = _knob(store.RunViewSpec, "token_budget")
+    seed: int = _knob(store.RunViewSpec, "seed")
+    epochs: Optional[int] = _knob(store.RunViewSpec, "epochs")
+    seq_len: int = _knob(store.RunViewSpec, "seq_len")
+    cross_document_attention: str = _knob(store.RunViewSpec, "cross_document_attention")
+    share_tolerance: float = _knob(store.RunViewSpec, "share_tolerance")
+    rebuild_of: Optional[str] = pydantic.Field(
+        default=None,
+        description=(
+            "A superseded run view to rebuild on the current inputs with its own configuration (the fields above "
+            "are then ignored); the superseded_run_views sensor sets it."
+        ),
+    )
 
     def spec(self) -> store.RunViewSpec:
-        return store.RunViewSpec(
-            name=self.name, tokenizer=self.tokenizer, seed=self.seed, token_budget=self.token_budget,
-            epochs=self.epochs, seq_len=self.seq_len, cross_document_attention=self.cross_document_attention,
-            share_tolerance=self.share_tolerance,
-            components=[_component(c) for c in self.components])
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(store.RunViewSpec)}
+        return store.RunViewSpec(**{**values, "components": tuple(_component(c) for c in self.components)})
 
 
 def _component(c) -> Component:
@@ -66,114 +83,194 @@ def _component(c) -> Component:
     return Component(c.name, c.weight, c.filters, c.max_repetitions)
 
 
+def rebuild_spec(context: dg.AssetExecutionContext, lakehouse: Lakehouse, run_view_id: str) -> store.RunViewSpec:
+    """The configuration a superseded view was built with (to rebuild it on the current inputs)."""
+    old = store.load_manifest(lakehouse, run_view_id)
+    if old is None:
+        raise dg.Failure(f"rebuild_of: unknown run view {run_view_id!r}")
+    context.log.info("rebuilding %s (%s) on the current inputs", run_view_id, old["status"])
+    return store.spec_from_manifest(old["manifest"])
+
+
 @dg.asset(
     key=CANDIDATE,
-    metadata=erasure(("run_view.samples", ["doc_id", "record_id", "deletion_key"]), run_views=True),
+    metadata={
+        "iceberg_tables": [RUN_VIEW_SAMPLES.identifier, RUN_VIEW_MANIFESTS.identifier],
+        **erasure((RUN_VIEW_SAMPLES, ["doc_id", "record_id", "deletion_key"]), run_views=True),
+    },
     deps=[TOKENIZED_DOCUMENTS, TOKENIZERS, DOCUMENTS, EXACT_DUPLICATES, NEAR_DUPLICATES, EVAL_ITEMS, MATCHES],
     group_name="run_view",
-    code_version="run-view-1",
+    code_version=CODE_VERSION,
     kinds={"iceberg"},
     pool="iceberg_run_view",
-    description="A run view candidate: tokenized documents selected by the mixture at pinned input snapshots "
-                "(kept, not duplicated, not quarantined), in canonical order (run_view.samples), and its frozen "
-                "manifest with status `candidate` (run_view.manifests). Publish with the publish_run_view job.",
 )
-def candidate(context: dg.AssetExecutionContext, config: RunViewConfig,
-              catalog: IcebergCatalogResource) -> dg.MaterializeResult:
-    spec = config.spec()
-    if config.rebuild_of:
-        old = store.load_manifest(catalog.catalog(), config.rebuild_of)
-        if old is None:
-            raise dg.Failure(f"rebuild_of: unknown run view {config.rebuild_of!r}")
-        spec = store.spec_from_manifest(old["manifest"])
-        context.log.info("rebuilding %s (%s) on the current inputs", config.rebuild_of, old["status"])
-    result = store.build_candidate(catalog.catalog(), spec, provenance(context, CANDIDATE, spec.config()),
-                                   catalog.config.fingerprint(), supersedes=config.rebuild_of)
-    m = result.manifest
-    context.log.info("run view %s (%s): %d samples, %d tokens, sha256 %s", result.run_view_id, result.status,
-                     m["samples"]["n_samples"], m["samples"]["n_tokens"], result.manifest_sha256)
-    realised = m["realised"]
-    return dg.MaterializeResult(metadata={
+def candidate(
+    context: dg.AssetExecutionContext, config: RunViewConfig, catalog: IcebergCatalogResource
+) -> dg.MaterializeResult:
+    """A run view candidate: tokenized documents selected by the mixture at pinned input snapshots (kept, not
+    duplicated, not quarantined), in canonical order (run_view.samples), and its frozen manifest with status
+    `candidate` (run_view.manifests). Publish it with the publish_run_view job."""
+    lakehouse = catalog.lakehouse()
+    spec = rebuild_spec(context, lakehouse, config.rebuild_of) if config.rebuild_of else config.spec()
+    result = store.build_candidate(
+        lakehouse, spec, provenance(context, CANDIDATE, spec.config()), supersedes=config.rebuild_of
+    )
+    s = result.manifest["samples"]
+    context.log.info(
+        "run view %s (%s): %d samples, %d tokens, sha256 %s",
+        result.run_view_id,
+        result.status,
+        s["n_samples"],
+        s["n_tokens"],
+        result.manifest_sha256,
+    )
+    return dg.MaterializeResult(metadata=candidate_metadata(result, config.rebuild_of))
+
+
+def candidate_metadata(result: store.CandidateResult, rebuild_of: Optional[str]) -> dict:
+    """What a reviewer looks at on the candidate's materialisation: the mixture, exclusions, inputs, the hash."""
+    m, realised = result.manifest, result.manifest["realised"]
+    return {
         "run_view_id": result.run_view_id,
         "manifest_sha256": result.manifest_sha256,
         "status": result.status,
         "newly_created": result.created,
-        "supersedes": config.rebuild_of or "",
+        "supersedes": rebuild_of or "",
         "dagster/row_count": m["samples"]["n_samples"],
         "n_tokens": m["samples"]["n_tokens"],
         "n_documents": m["samples"]["n_documents"],
         "mixture": md_table(
-            ["component", "requested share", "realised token share", "document share", "tokens", "documents",
-             "pool tokens", "passes"],
-            [[r["component"], f"{r['requested_share']:.2%}", f"{r['token_share']:.2%}", f"{r['document_share']:.2%}",
-              f"{r['tokens']:,}", r["documents"], f"{r['pool_tokens']:,}", r["repetitions"]] for r in realised]),
-        "requested_vs_realised": dg.MetadataValue.md(paired_bars_markdown(
-            [r["component"] for r in realised], [r["requested_share"] for r in realised],
-            [r["token_share"] for r in realised], "token share per component")),
+            [
+                "component",
+                "requested share",
+                "realised token share",
+                "document share",
+                "tokens",
+                "documents",
+                "pool tokens",
+                "passes",
+            ],
+            [
+                [
+                    r["component"],
+                    f"{r['requested_share']:.2%}",
+                    f"{r['token_share']:.2%}",
+                    f"{r['document_share']:.2%}",
+                    f"{r['tokens']:,}",
+                    r["documents"],
+                    f"{r['pool_tokens']:,}",
+                    r["repetitions"],
+                ]
+                for r in realised
+            ],
+        ),
+        "requested_vs_realised": dg.MetadataValue.md(
+            paired_bars_markdown(
+                [r["component"] for r in realised],
+                [r["requested_share"] for r in realised],
+                [r["token_share"] for r in realised],
+                "token share per component",
+            )
+        ),
         "exclusions": dg.MetadataValue.json(m["exclusions"]),
         "quarantine": dg.MetadataValue.json(m["quarantine"]),
         "inputs": dg.MetadataValue.json(m["inputs"]),
-        "manifest_summary": dg.MetadataValue.json({k: m[k] for k in ("tokenizer", "seed", "epoch_policy", "packing",
-                                                                     "samples", "code_version", "config_hash")}),
+        "manifest_summary": dg.MetadataValue.json(
+            {
+                k: m[k]
+                for k in ("tokenizer", "seed", "epoch_policy", "packing", "samples", "code_version", "config_hash")
+            }
+        ),
         "to_publish": dg.MetadataValue.md(
             f"Review, then launch job **publish_run_view** with `run_view_id: {result.run_view_id}`, "
             f"`manifest_sha256: {result.manifest_sha256}`, your name as `reviewer` and `decision: approve` "
-            f"(or `reject` with a comment)."),
-    })
+            f"(or `reject` with a comment)."
+        ),
+    }
 
 
-def _candidate_under_check(context: dg.AssetCheckExecutionContext, catalog: IcebergCatalogResource):
+# ---- the four blocking checks ----
+
+
+def _candidate_under_check(context: dg.AssetCheckExecutionContext, lakehouse: Lakehouse) -> tuple[str, dict]:
     """The run view the latest materialisation of run_view/candidate wrote, with its manifest row."""
     event = context.instance.get_latest_materialization_event(CANDIDATE)
     if event is None or event.asset_materialization is None:
         raise dg.Failure("run_view/candidate has never been materialised")
     rv_id = event.asset_materialization.metadata["run_view_id"].value
-    row = store.load_manifest(catalog.catalog(), rv_id)
+    row = store.load_manifest(lakehouse, rv_id)
     if row is None:
-        raise dg.Failure(f"run view {rv_id} from the latest materialisation is not in run_view.manifests")
+        raise dg.Failure(f"run view {rv_id} from the latest materialisation is not in {RUN_VIEW_MANIFESTS}")
     return rv_id, row
 
 
 def _result(rv_id: str, row: dict, problems: list, **metadata) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.ERROR, metadata={
-        "run_view_id": rv_id, "manifest_sha256": row["manifest_sha256"], "problems": len(problems),
-        "details": dg.MetadataValue.json(problems[:50]), **metadata})
+    return dg.AssetCheckResult(
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "run_view_id": rv_id,
+            "manifest_sha256": row["manifest_sha256"],
+            "problems": len(problems),
+            "details": dg.MetadataValue.json(problems[:50]),
+            **metadata,
+        },
+    )
 
 
-@dg.asset_check(asset=CANDIDATE, name="non_empty", blocking=True,
-                description="The candidate selects at least one document and one token.")
+@dg.asset_check(asset=CANDIDATE, name="non_empty", blocking=True)
 def non_empty(context: dg.AssetCheckExecutionContext, catalog: IcebergCatalogResource) -> dg.AssetCheckResult:
-    rv_id, row = _candidate_under_check(context, catalog)
+    """The candidate selects at least one document and one token."""
+    rv_id, row = _candidate_under_check(context, catalog.lakehouse())
     return _result(rv_id, row, store.check_non_empty(row["manifest"]), n_samples=row["n_samples"])
 
 
-@dg.asset_check(asset=CANDIDATE, name="checksums_verified", blocking=True,
-                description="Every selected row re-read from tokenized.documents at the pinned snapshot: sha256, "
-                            "token count, final EOS, and the samples' digest against the manifest.")
-def checksums_verified(context: dg.AssetCheckExecutionContext,
-                       catalog: IcebergCatalogResource) -> dg.AssetCheckResult:
-    rv_id, row = _candidate_under_check(context, catalog)
-    verified, problems = store.check_checksums(catalog.catalog(), rv_id, row["manifest"])
+@dg.asset_check(asset=CANDIDATE, name="checksums_verified", blocking=True)
+def checksums_verified(context: dg.AssetCheckExecutionContext, catalog: IcebergCatalogResource) -> dg.AssetCheckResult:
+    """Every selected row re-read from tokenized.documents at the pinned snapshot: tokens against their
+    sha256, token count, the sample's recorded sha256, and the samples' digest against the manifest."""
+    lakehouse = catalog.lakehouse()
+    rv_id, row = _candidate_under_check(context, lakehouse)
+    verified, problems = store.check_checksums(lakehouse, rv_id, row["manifest"])
     return _result(rv_id, row, problems, rows_verified=verified)
 
 
-@dg.asset_check(asset=CANDIDATE, name="shares_within_tolerance", blocking=True,
-                description="Each component's realised token share is within share_tolerance of the request.")
-def shares_within_tolerance(context: dg.AssetCheckExecutionContext,
-                            catalog: IcebergCatalogResource) -> dg.AssetCheckResult:
-    rv_id, row = _candidate_under_check(context, catalog)
-    return _result(rv_id, row, store.check_shares(row["manifest"]),
-                   tolerance=row["manifest"]["mixture"]["share_tolerance"])
+@dg.asset_check(asset=CANDIDATE, name="shares_within_tolerance", blocking=True)
+def shares_within_tolerance(
+    context: dg.AssetCheckExecutionContext, catalog: IcebergCatalogResource
+) -> dg.AssetCheckResult:
+    """Each component's realised token share is within share_tolerance of the request."""
+    rv_id, row = _candidate_under_check(context, catalog.lakehouse())
+    return _result(
+        rv_id, row, store.check_shares(row["manifest"]), tolerance=row["manifest"]["mixture"]["share_tolerance"]
+    )
 
 
-@dg.asset_check(asset=CANDIDATE, name="quarantine_clean", blocking=True,
-                description="No selected document is in quarantine.matches (pinned or current), and every segment "
-                            "of the view was screened against every registered benchmark.")
+@dg.asset_check(asset=CANDIDATE, name="quarantine_clean", blocking=True)
 def quarantine_clean(context: dg.AssetCheckExecutionContext, catalog: IcebergCatalogResource) -> dg.AssetCheckResult:
-    rv_id, row = _candidate_under_check(context, catalog)
+    """No selected document is in quarantine.matches (pinned or current), and every segment of the view was
+    screened against every registered benchmark."""
+    lakehouse = catalog.lakehouse()
+    rv_id, row = _candidate_under_check(context, lakehouse)
     q = row["manifest"]["quarantine"]
-    return _result(rv_id, row, store.check_quarantine(catalog.catalog(), rv_id, row["manifest"]),
-                   benchmarks=dg.MetadataValue.json(q["benchmarks"]), segments=len(q["segments"]))
+    return _result(
+        rv_id,
+        row,
+        store.check_quarantine(lakehouse, rv_id, row["manifest"]),
+        benchmarks=dg.MetadataValue.json(q["benchmarks"]),
+        segments=len(q["segments"]),
+    )
+
+
+run_view_candidate_job = dg.define_asset_job(
+    "run_view_candidate",
+    selection=dg.AssetSelection.assets(CANDIDATE),
+    description="Build a run view candidate from its config (mixture, seed, packing) and run its blocking checks; "
+    "then a reviewer publishes it with the publish_run_view job.",
+)
+
+
+# ---- the approval gate ----
 
 
 def check_results_for(instance: dg.DagsterInstance, run_view_id: str, history: int = 500) -> dict[str, bool | None]:
@@ -183,7 +280,8 @@ def check_results_for(instance: dg.DagsterInstance, run_view_id: str, history: i
     for name in store.CHECKS:
         out[name] = None
         records = instance.event_log_storage.get_asset_check_execution_history(
-            dg.AssetCheckKey(CANDIDATE, name), limit=history)
+            dg.AssetCheckKey(CANDIDATE, name), limit=history
+        )
         for rec in records:  # newest first
             evaluation = rec.event.asset_check_evaluation if rec.event else None
             if evaluation is None:
@@ -196,43 +294,68 @@ def check_results_for(instance: dg.DagsterInstance, run_view_id: str, history: i
 
 
 class DecisionConfig(dg.Config):
-    """A reviewer's decision on a candidate. `manifest_sha256` must be the hash shown on the candidate's
-    materialisation: a decision on a manifest the reviewer did not see is refused."""
+    """A reviewer's decision on a candidate: a decision on a manifest the reviewer did not see is refused."""
 
-    run_view_id: str
-    manifest_sha256: str
-    reviewer: str
-    decision: str  # approve | reject
-    comment: str = ""
+    run_view_id: str = pydantic.Field(description="The candidate's id, as shown on its materialisation.")
+    manifest_sha256: str = pydantic.Field(
+        description=("The manifest hash shown on the candidate's materialisation: the manifest you reviewed.")
+    )
+    reviewer: str = pydantic.Field(description="Your name: recorded on the run view.")
+    decision: str = pydantic.Field(description="approve | reject")
+    comment: str = pydantic.Field(default="", description="Why (recorded with the decision).")
 
 
-@dg.op(description="Approve or reject a run view candidate; approval tags every pinned input snapshot "
-                   "`runview-<id>` and sets status published.")
-def decide_run_view(context: dg.OpExecutionContext, config: DecisionConfig,
-                    catalog: IcebergCatalogResource) -> dg.Output:
+@dg.op
+def decide_run_view(
+    context: dg.OpExecutionContext, config: DecisionConfig, catalog: IcebergCatalogResource
+) -> dg.Output:
+    """Approve or reject a run view candidate; approval tags every pinned input snapshot `runview-<id>` and
+    sets status published."""
     checks = check_results_for(context.instance, config.run_view_id)
     context.log.info("checks of %s: %s", config.run_view_id, checks)
-    prov = Provenance("run_view/manifests", config.run_view_id, context.run_id, GATE_CODE_VERSION,
-                      config_hash(config.model_dump()), {}, {"gate": "publish_run_view"})
+    decision = (config.run_view_id, config.manifest_sha256, config.reviewer, config.decision, config.comment)
     try:
-        row = store.decide(catalog.catalog(), config.run_view_id, config.manifest_sha256, config.reviewer,
-                           config.decision, config.comment, checks, prov, catalog.config.fingerprint())
+        row = store.decide(catalog.lakehouse(), *decision, checks, gate_provenance(context, config))
     except (store.RunViewRefused, ValueError) as exc:
-        raise dg.Failure(description=f"{type(exc).__name__}: {exc}",
-                         metadata={"run_view_id": config.run_view_id, "refusal": type(exc).__name__}) from exc
+        refusal = {"run_view_id": config.run_view_id, "refusal": type(exc).__name__}
+        raise dg.Failure(description=f"{type(exc).__name__}: {exc}", metadata=refusal) from exc
     context.log.info("run view %s is %s (reviewer %s)", row["run_view_id"], row["status"], row["reviewer"])
-    return dg.Output(row["status"], metadata={
-        "run_view_id": row["run_view_id"], "status": row["status"], "reviewer": row["reviewer"],
-        "decided_at": row["decided_at"].isoformat(), "checks": dg.MetadataValue.json(checks)})
+    return dg.Output(row["status"], metadata=decision_metadata(row, checks))
 
 
-@dg.job(description="The approval gate: a reviewer publishes (or rejects) a run view candidate. Launch from the "
-                    "Launchpad with run_view_id, manifest_sha256, reviewer, decision (approve | reject), comment.",
-        tags={"tokenlake/gate": "run_view"}, executor_def=dg.in_process_executor)
+def gate_provenance(context: dg.OpExecutionContext, config: DecisionConfig) -> Provenance:
+    """What the manifests snapshot of a decision records: the gate's run, code version and config."""
+    return Provenance(
+        "run_view/manifests",
+        config.run_view_id,
+        context.run_id,
+        GATE_CODE_VERSION,
+        config_hash(config.model_dump()),
+        {},
+        {"gate": "publish_run_view"},
+    )
+
+
+def decision_metadata(row: dict, checks: dict) -> dict:
+    """The decision as the run's output metadata."""
+    return {
+        "run_view_id": row["run_view_id"],
+        "status": row["status"],
+        "reviewer": row["reviewer"],
+        "decided_at": row["decided_at"].isoformat(),
+        "checks": dg.MetadataValue.json(checks),
+    }
+
+
+@dg.job(tags={"tokenlake/gate": "run_view"}, executor_def=dg.in_process_executor)
 def publish_run_view():
+    """The approval gate: a reviewer publishes (or rejects) a run view candidate. Launch from the Launchpad
+    with run_view_id, manifest_sha256, reviewer, decision (approve | reject), comment."""
     decide_run_view()
 
 
-assets = [candidate]
-asset_checks = [non_empty, checksums_verified, shares_within_tolerance, quarantine_clean]
-jobs = [publish_run_view]
+defs = dg.Definitions(
+    assets=[candidate],
+    asset_checks=[non_empty, checksums_verified, shares_within_tolerance, quarantine_clean],
+    jobs=[run_view_candidate_job, publish_run_view],
+)

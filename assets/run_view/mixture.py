@@ -1,14 +1,6 @@
 """Mixture selection: which tokenized documents a run view holds, how often, and in which canonical order.
 
-Pure functions over plain values. A component is a filter over the mixture label columns of
-`tokenized.documents`; its weight is a share of **tokens** (not documents). A document belongs to the first
-component whose filter it matches, so components never share a document.
-
-Budget: with `token_budget=None` the view is as large as the mixture allows: the component whose pool runs
-out first (pool tokens x max_repetitions / weight) fixes the total, takes every repetition of its pool, and
-every other component takes its share. Within a component, full passes over the pool come first (repetition
-0, 1, ...), then a partial pass: documents in seeded order, each added if it still fits the remaining
-target (first fit), so the realised share lands within a fraction of a small document of the request.
+Pure functions over plain values; the budget and fill rules are in README.md ("Mixture").
 """
 
 from __future__ import annotations
@@ -17,6 +9,8 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from assets.knobs import knob
 
 # Columns of tokenized.documents a component may filter on (the mixture labels and the partition columns).
 FILTER_COLUMNS = ("language", "ppl_bucket", "host", "domain_class", "crawl", "segment")
@@ -30,10 +24,15 @@ class MixtureError(ValueError):
 class Component:
     """One mixture component: `filters` maps a label column to its allowed values (all must match)."""
 
-    name: str
-    weight: float
-    filters: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    max_repetitions: int = 1
+    name: str = field(metadata={"doc": "The component's name (unique within the mixture)."})
+    weight: float = field(metadata={"doc": "Its share of the view's tokens, relative to the other weights."})
+    filters: Mapping[str, Sequence[str]] = field(
+        default_factory=dict,
+        metadata={
+            "doc": f"Label column -> allowed values; every filter must match. Columns: {', '.join(FILTER_COLUMNS)}."
+        },
+    )
+    max_repetitions: int = knob(1, "Passes over the component's pool at most (2 = each document up to twice).")
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -50,8 +49,12 @@ class Component:
         return all(doc.get(col) in set(values) for col, values in self.filters.items())
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "weight": self.weight, "max_repetitions": self.max_repetitions,
-                "filters": {k: sorted(v) for k, v in sorted(self.filters.items())}}
+        return {
+            "name": self.name,
+            "weight": self.weight,
+            "max_repetitions": self.max_repetitions,
+            "filters": {k: sorted(v) for k, v in sorted(self.filters.items())},
+        }
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,9 @@ def feasible_budget(pool_tokens: Mapping[str, int], components: Sequence[Compone
     return int(min(pool_tokens[c.name] * c.max_repetitions * total_weight / c.weight for c in components))
 
 
-def select(docs: Sequence[Mapping[str, object]], components: Sequence[Component], seed: int,
-           token_budget: int | None = None) -> tuple[list[Sample], list[Realised]]:
+def select(
+    docs: Sequence[Mapping[str, object]], components: Sequence[Component], seed: int, token_budget: int | None = None
+) -> tuple[list[Sample], list[Realised]]:
     """The samples of a run view (in canonical order) and the realised mixture per component.
 
     `docs` need `doc_id`, `n_tokens` and the filter columns."""
@@ -120,10 +124,14 @@ def select(docs: Sequence[Mapping[str, object]], components: Sequence[Component]
     limit = feasible_budget(pool_tokens, components)
     if token_budget is not None:
         if token_budget <= 0:
-            raise MixtureError(f"token_budget must be > 0 or null for 'as much as the mixture allows', got {token_budget}")
+            raise MixtureError(
+                f"token_budget must be > 0 or null for 'as much as the mixture allows', got {token_budget}"
+            )
         if token_budget > limit:
-            raise MixtureError(f"token_budget {token_budget:,} exceeds what the pools can serve at these weights and "
-                               f"max_repetitions: at most {limit:,} tokens")
+            raise MixtureError(
+                f"token_budget {token_budget:,} exceeds what the pools can serve at these weights and "
+                f"max_repetitions: at most {limit:,} tokens"
+            )
     budget = token_budget if token_budget is not None else limit
     total_weight = sum(c.weight for c in components)
     samples: list[Sample] = []
@@ -132,14 +140,25 @@ def select(docs: Sequence[Mapping[str, object]], components: Sequence[Component]
         target = budget * c.weight / total_weight
         chosen = _fill(pools[c.name], c, seed, target)
         samples += chosen
-        realised.append(Realised(
-            component=c.name, requested_share=c.weight / total_weight, token_share=0.0, document_share=0.0,
-            documents=len(chosen), tokens=sum(s.n_tokens for s in chosen), pool_documents=len(pools[c.name]),
-            pool_tokens=pool_tokens[c.name], repetitions=1 + max((s.repetition for s in chosen), default=-1)))
+        realised.append(
+            Realised(
+                component=c.name,
+                requested_share=c.weight / total_weight,
+                token_share=0.0,
+                document_share=0.0,
+                documents=len(chosen),
+                tokens=sum(s.n_tokens for s in chosen),
+                pool_documents=len(pools[c.name]),
+                pool_tokens=pool_tokens[c.name],
+                repetitions=1 + max((s.repetition for s in chosen), default=-1),
+            )
+        )
     total_tokens = sum(r.tokens for r in realised) or 1
     total_docs = sum(r.documents for r in realised) or 1
-    realised = [Realised(**{**r.__dict__, "token_share": r.tokens / total_tokens,
-                            "document_share": r.documents / total_docs}) for r in realised]
+    realised = [
+        Realised(**{**r.__dict__, "token_share": r.tokens / total_tokens, "document_share": r.documents / total_docs})
+        for r in realised
+    ]
     samples.sort(key=lambda s: seeded_key(seed, s.doc_id, s.repetition))
     return samples, realised
 
@@ -163,5 +182,8 @@ def _fill(pool: Sequence[Mapping[str, object]], c: Component, seed: int, target:
 
 def within_tolerance(realised: Sequence[Realised], tolerance: float) -> list[str]:
     """Components whose realised token share is further than `tolerance` (a fraction) from the request."""
-    return [f"{r.component}: requested {r.requested_share:.2%}, realised {r.token_share:.2%}"
-            for r in realised if abs(r.token_share - r.requested_share) > tolerance + 1e-12]
+    return [
+        f"{r.component}: requested {r.requested_share:.2%}, realised {r.token_share:.2%}"
+        for r in realised
+        if abs(r.token_share - r.requested_share) > tolerance + 1e-12
+    ]

@@ -1,11 +1,5 @@
-"""Tokenizers as data and documents as token arrays. No Dagster here.
-
-A tokenizer is identified by the sha256 of its canonical tokenizer.json (keys sorted, no whitespace), so the
-same tokenizer has the same id on every machine and any change to it is a new id. Documents are encoded with
-`encode_batch` (parallel in Rust), special-token strings inside the text are encoded as plain text (a page
-that quotes "<|endoftext|>" must not end itself), and the tokenizer's EOS id is appended. Tokens are stored
-little-endian as uint16 when the vocabulary fits, else uint32, with a sha256 checksum over those bytes.
-"""
+"""Tokenizers as data and documents as token arrays: load a tokenizer.json with its id, encode with EOS,
+checksum, decode and check stored rows. No Dagster here (README.md: ids, special tokens, storage)."""
 
 from __future__ import annotations
 
@@ -17,25 +11,23 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from tokenizers import Tokenizer
+
+from iceberg_catalog.run_view_contract import token_dtype, token_dtype_for_vocab
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
 BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<|startoftext|>", "<bos>")
 
 
-def canonical_json(raw: str) -> str:
+def canonical_tokenizer_json(raw: str) -> str:
     """tokenizer.json with sorted keys and no insignificant whitespace."""
     return json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def tokenizer_id(raw: str) -> str:
     """sha256 (hex) of the canonical tokenizer.json."""
-    return hashlib.sha256(canonical_json(raw).encode("utf-8")).hexdigest()
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 when every id fits, else uint32 (little-endian either way)."""
-    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+    return hashlib.sha256(canonical_tokenizer_json(raw).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -45,7 +37,7 @@ class TokenizerInfo:
     vocab_size: int
     eos_id: int
     bos_id: int | None
-    token_dtype: str  # "uint16" | "uint32"
+    token_dtype: str  # a name of run_view_contract.TOKEN_DTYPES
 
 
 def _special_id(tok: Tokenizer, candidates: Sequence[str]) -> int | None:
@@ -64,7 +56,7 @@ class LoadedTokenizer:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype("<u2") if self.info.token_dtype == "uint16" else np.dtype("<u4")
+        return token_dtype(self.info.token_dtype)
 
 
 def load_tokenizer(path: str | Path, name: str, eos_token: str | None = None) -> LoadedTokenizer:
@@ -82,8 +74,9 @@ def _load_cached(path: str, mtime_ns: int, size: int, name: str, eos_token: str 
     return tokenizer_from_json(Path(path).read_text(encoding="utf-8"), name, eos_token)
 
 
-def tokenizer_from_json(raw: str, name: str, eos_token: str | None = None,
-                        known_id: str | None = None) -> LoadedTokenizer:
+def tokenizer_from_json(
+    raw: str, name: str, eos_token: str | None = None, known_id: str | None = None
+) -> LoadedTokenizer:
     """A tokenizer from its tokenizer.json text (e.g. as stored in tokenized.tokenizers, whose `known_id` then
     spares recomputing the canonical hash)."""
     tok = Tokenizer.from_str(raw)
@@ -92,9 +85,9 @@ def tokenizer_from_json(raw: str, name: str, eos_token: str | None = None,
     if eos is None:
         raise ValueError(f"tokenizer {name!r} has no EOS token among {EOS_CANDIDATES}; pass eos_token=...")
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    dtype = token_dtype(vocab)
-    info = TokenizerInfo(known_id or tokenizer_id(raw), name, vocab, eos, _special_id(tok, BOS_CANDIDATES),
-                         "uint16" if dtype.itemsize == 2 else "uint32")
+    info = TokenizerInfo(
+        known_id or tokenizer_id(raw), name, vocab, eos, _special_id(tok, BOS_CANDIDATES), token_dtype_for_vocab(vocab)
+    )
     return LoadedTokenizer(tok, info, raw)
 
 
@@ -111,7 +104,8 @@ def tokens_checksum(data: bytes) -> str:
 
 
 def tokens_from_bytes(data: bytes, token_dtype_name: str) -> np.ndarray:
-    return np.frombuffer(data, dtype="<u2" if token_dtype_name == "uint16" else "<u4")
+    """The token ids of stored bytes (a zero-copy view)."""
+    return np.frombuffer(data, dtype=token_dtype(token_dtype_name))
 
 
 def decode_document(lt: LoadedTokenizer, tokens: np.ndarray) -> str:
@@ -120,8 +114,9 @@ def decode_document(lt: LoadedTokenizer, tokens: np.ndarray) -> str:
     return lt.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
 
 
-def check_rows(rows: Sequence[dict], lt: LoadedTokenizer | None = None,
-               texts: dict[str, str] | None = None) -> list[dict]:
+def check_rows(
+    rows: Sequence[dict], lt: LoadedTokenizer | None = None, texts: dict[str, str] | None = None
+) -> list[dict]:
     """Problems in stored rows: checksum or count mismatches, a missing final EOS, and, where `texts` gives the
     source text of a doc_id, a decode that differs from it. Each problem names the doc_id."""
     problems = []
@@ -130,13 +125,21 @@ def check_rows(rows: Sequence[dict], lt: LoadedTokenizer | None = None,
         if tokens_checksum(data) != r["tokens_sha256"]:
             problems.append({"doc_id": r["doc_id"], "problem": "checksum mismatch"})
             continue
-        toks = tokens_from_bytes(data, r["token_dtype"])
+        try:
+            toks = tokens_from_bytes(data, r["token_dtype"])
+        except ValueError as exc:
+            problems.append({"doc_id": r["doc_id"], "problem": str(exc)})
+            continue
         if len(toks) != r["n_tokens"]:
             problems.append({"doc_id": r["doc_id"], "problem": f"n_tokens {r['n_tokens']} != {len(toks)} stored"})
         elif lt is not None and (not len(toks) or toks[-1] != lt.info.eos_id):
             problems.append({"doc_id": r["doc_id"], "problem": "does not end with EOS"})
-        elif lt is not None and texts is not None and r["doc_id"] in texts \
-                and decode_document(lt, toks) != texts[r["doc_id"]]:
+        elif (
+            lt is not None
+            and texts is not None
+            and r["doc_id"] in texts
+            and decode_document(lt, toks) != texts[r["doc_id"]]
+        ):
             problems.append({"doc_id": r["doc_id"], "problem": "decoded tokens differ from the curated text"})
     return problems
 
@@ -147,3 +150,19 @@ def registered_domain_class(host: str | None) -> str | None:
         return None
     tld = host.rsplit(".", 1)[1].lower()
     return tld if tld.isalpha() else None
+
+
+def tokenizer_row(lt: LoadedTokenizer) -> pa.Table:
+    """The tokenizer as its one row of tokenized.tokenizers (the exact tokenizer.json included)."""
+    info = lt.info
+    return pa.table(
+        {
+            "tokenizer_id": [info.tokenizer_id],
+            "name": [info.name],
+            "vocab_size": [info.vocab_size],
+            "eos_id": [info.eos_id],
+            "bos_id": pa.array([info.bos_id], pa.int32()),
+            "token_dtype": [info.token_dtype],
+            "tokenizer_json": [lt.json_text],
+        }
+    )

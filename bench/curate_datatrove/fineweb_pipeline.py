@@ -108,8 +108,11 @@ def main() -> int:
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
 
     stats = json.loads((logs / "stats.json").read_text())
-    print(json.dumps({"pipeline_cpu_s": cpu, "pipeline_wall_s": wall, "lingering_children": lingering,
-                      "raw_stats": stats}))
+    print(
+        json.dumps(
+            {"pipeline_cpu_s": cpu, "pipeline_wall_s": wall, "lingering_children": lingering, "raw_stats": stats}
+        )
+    )
     return 0
 
 

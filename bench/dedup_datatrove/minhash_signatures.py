@@ -60,8 +60,13 @@ def main() -> int:
         from datatrove.pipeline.readers import JsonlReader
         from datatrove.utils.hashing import HashConfig
 
-        config = MinhashConfig(n_grams=args.n_grams, num_buckets=args.buckets, hashes_per_bucket=args.hashes,
-                               seed=args.seed, hash_config=HashConfig(precision=args.precision, hash_fc=args.hash_fc))
+        config = MinhashConfig(
+            n_grams=args.n_grams,
+            num_buckets=args.buckets,
+            hashes_per_bucket=args.hashes,
+            seed=args.seed,
+            hash_config=HashConfig(precision=args.precision, hash_fc=args.hash_fc),
+        )
         step = MinhashDedupSignature(output_folder=str(args.work / "signatures"), config=config)
         step.get_signature(step.get_shingles("a warm up text of more than five words"))  # tokenizer, parameters
     out["datatrove"] = getattr(datatrove, "__version__", None) or importlib.metadata.version("datatrove")

@@ -1,53 +1,159 @@
-"""curated/* assets through Dagster on real WARC data, into a real catalog."""
+"""curated/* assets through Dagster on real WARC data, into a real catalog (the raw and curated states' own
+Definitions; no other state is needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import uuid
+from collections import defaultdict
+from pathlib import Path
 
 import dagster as dg
 import kenlm
 import pyarrow.compute as pc
 import pytest
-from conftest import SAMPLE_CRAWL, materialize_assets, materialize_segments
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from assets.curated import curate
+from assets.curated import defs as curated_defs
+from assets.curated.perplexity import language_bucket, language_thresholds
 from assets.curated.pii import find_pii
-from assets.curated.pipeline import funnel
+from assets.curated.pipeline import CurateParams, funnel
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_decision
-from iceberg_catalog import Provenance, open_catalog
-from iceberg_catalog.schemas import CURATED_DOCUMENTS
+from assets.raw import defs as raw_defs
+from assets.shell import params_from
+from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog.digest import table_digest
+from iceberg_catalog.maintenance import sweep_orphan_files
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    CURATED_EXACT_DUPLICATES,
+    CURATED_LANGID_VALIDATION,
+    RAW_WARC_RECORDS,
+)
+from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource, TaskExecutorResource
+
+from conftest import SAMPLE_CRAWL
 
 CC_FILE = next(SAMPLE_CRAWL.rglob("CC-MAIN-2020-34/**/*.warc.gz"))
 WGET = sorted(SAMPLE_CRAWL.rglob("wget-2024/warc/*.warc.gz"))
 IGNORED = {"extract_seconds"}  # wall-clock measurements: the only columns allowed to differ between runs
+DOCUMENTS_OP = "curated__documents"
 
 
-def curate(instance, root, keys, lm, run_config=None):
-    materialize_segments(instance, root, keys)
-    return materialize_segments(instance, root, keys, selection="curated/documents", lm_path=lm,
-                                run_config=run_config)
+class ReversedExecutor:
+    """Runs the plan backwards and returns results in completion order: a stand-in for a cluster whose tasks
+    finish in any order (neither the cut-offs nor the commit may care)."""
+
+    def map(self, fn, tasks, progress=None):
+        return [fn(t) for t in reversed(tasks)]
+
+
+class ReversedExecutorResource(TaskExecutorResource):
+    def executor(self):
+        return ReversedExecutor()
+
+
+class CrashBeforeBucketsExecutor:
+    """Runs the curate tasks, then dies before the bucket tasks: the staged files exist, nothing is committed."""
+
+    def map(self, fn, tasks, progress=None):
+        if fn is curate.run_bucket_task:
+            raise RuntimeError("executor lost")
+        return [fn(t) for t in tasks]
+
+
+class CrashBeforeBucketsResource(TaskExecutorResource):
+    def executor(self):
+        return CrashBeforeBucketsExecutor()
+
+
+def resources(root: Path = SAMPLE_CRAWL, lm: str = "", executor: TaskExecutorResource | None = None) -> dict:
+    return {
+        "catalog": IcebergCatalogResource(),
+        "executor": executor or TaskExecutorResource(),
+        "crawl_source": LocalCrawlSource(root=str(root)),
+        "lm": LanguageModelResource(model_path=lm),
+    }
+
+
+def ingest(instance, root, keys):
+    instance.add_dynamic_partitions("crawl_segments", list(keys))
+    for key in keys:
+        assert dg.materialize(
+            list(raw_defs.defs.assets), partition_key=key, instance=instance, resources=resources(root)
+        ).success, key
+
+
+def curate_documents(instance, root, keys, lm, run_config=None, executor=None, raise_on_error=True) -> list:
+    """Materialise curated/documents for each key (raw must be there) with the curated state's Definitions."""
+    results = []
+    for key in keys:
+        res = dg.materialize(
+            list(curated_defs.defs.assets),
+            partition_key=key,
+            instance=instance,
+            resources=resources(root, lm, executor),
+            run_config=run_config,
+            selection=dg.AssetSelection.assets(curated_defs.DOCUMENTS),
+            raise_on_error=raise_on_error,
+        )
+        assert res.success or not raise_on_error, key
+        results.append(res)
+    return results
+
+
+def curate_segments(instance, root, keys, lm, run_config=None):
+    ingest(instance, root, keys)
+    return curate_documents(instance, root, keys, lm, run_config)
+
+
+def materialize_curated(instance, *keys, lm: str = ""):
+    """Materialise unpartitioned curated assets (and their checks), e.g. curated_defs.EXACT_DUPLICATES."""
+    d = curated_defs.defs
+    res = dg.materialize(
+        list(d.assets) + list(d.asset_checks),
+        instance=instance,
+        resources=resources(lm=lm),
+        selection=dg.AssetSelection.assets(*keys),
+    )
+    assert res.success, keys
+    return res
 
 
 def docs(columns=None):
-    t = open_catalog().load_table("curated.documents").scan(
-        selected_fields=tuple(columns) if columns else ("*",)).to_arrow()
-    return t.sort_by("doc_id")
+    return Lakehouse().scan(CURATED_DOCUMENTS, tuple(columns) if columns else None).sort_by("doc_id")
 
 
 def comparable(t):
     return t.drop_columns([c for c in IGNORED if c in t.column_names]).to_pylist()
 
 
+def test_knobs_have_one_definition():
+    """The Launchpad config is generated from CurateParams: same defaults (the 5 s extraction timeout that always
+    ran), and the config hash leaves out what cannot change a row."""
+    params = params_from(CurateParams, curated_defs.CurateConfig())
+    assert params == CurateParams() and params.extract_timeout_s == 5.0
+    assert params.ppl_head_pct == 30.0 and params.ppl_tail_pct == 60.0
+    assert not {"workers", "chunk_docs", "files_per_slice"} & set(params.hashed())
+    assert params.hashed()["quality"] == dataclasses.asdict(QualityThresholds())
+
+
 def test_sample_partitions_are_curated_with_reasons(tokenlake_home, instance, crawl_root, reference_lm_file):
-    root = crawl_root({"CC-MAIN-2020-34/1596439738015.38": {"a.warc.gz": CC_FILE},
-                       "LEGACY-ARCHIVES/wget-2024": {p.name: p for p in WGET}})
-    results = curate(instance, root, ["CC-MAIN-2020-34/1596439738015.38", "LEGACY-ARCHIVES/wget-2024"],
-                     reference_lm_file)
+    root = crawl_root(
+        {
+            "CC-MAIN-2020-34/1596439738015.38": {"a.warc.gz": CC_FILE},
+            "LEGACY-ARCHIVES/wget-2024": {p.name: p for p in WGET},
+        }
+    )
+    results = curate_segments(
+        instance, root, ["CC-MAIN-2020-34/1596439738015.38", "LEGACY-ARCHIVES/wget-2024"], reference_lm_file
+    )
     t = docs()
-    raw = open_catalog().load_table("raw.warc_records").scan(selected_fields=("record_id", "content_type")).to_arrow()
+    raw = Lakehouse().scan(RAW_WARC_RECORDS, ("record_id", "content_type"))
     html = [r for r, ct in zip(raw["record_id"].to_pylist(), raw["content_type"].to_pylist()) if "html" in (ct or "")]
     assert sorted(t["record_id"].to_pylist()) == sorted(html)  # one row per HTML response record
     assert t.num_rows == 16 + 37 and len(set(t["doc_id"].to_pylist())) == t.num_rows
@@ -63,19 +169,22 @@ def test_sample_partitions_are_curated_with_reasons(tokenlake_home, instance, cr
     assert {r["language"] for r in rows if r["language"]} >= {"en", "zh"}
 
     # the materialisation shows the funnel and a perplexity plot; the snapshot names its raw input
-    md = instance.get_latest_materialization_event(dg.AssetKey(["curated", "documents"])).asset_materialization.metadata
-    assert "kept" in md["funnel"].value and "![perplexity histogram](data:image/png;base64," in md["perplexity_histogram"].value
-    assert md["dagster/row_count"].value == 37
-    snap = open_catalog().load_table("curated.documents").current_snapshot()
-    prov = Provenance.from_snapshot_summary(snap.summary.additional_properties)
-    raw_snap = open_catalog().load_table("raw.warc_records").current_snapshot().snapshot_id
+    md = instance.get_latest_materialization_event(curated_defs.DOCUMENTS).asset_materialization.metadata
+    assert "kept" in md["funnel"].value
+    assert "![perplexity histogram](data:image/png;base64," in md["perplexity_histogram"].value
+    assert md["dagster/row_count"].value == 37 and md["tasks"].value == 2  # wget-2024: one task per WARC file
+    lakehouse = Lakehouse()
+    prov = Provenance.from_snapshot_summary(
+        lakehouse.table(CURATED_DOCUMENTS).current_snapshot().summary.additional_properties
+    )
+    raw_snap = lakehouse.snapshot_id(RAW_WARC_RECORDS)
     assert prov["upstream-snapshot-ids"] == f'{{"raw.warc_records": {raw_snap}}}'
     assert prov["dagster-run-id"] == results[-1].run_id
 
 
 def test_decisions_are_derived_from_stored_signals(tokenlake_home, instance, crawl_root, reference_lm_file):
     root = crawl_root({"LEGACY-ARCHIVES/wget-2024": {p.name: p for p in WGET}})
-    curate(instance, root, ["LEGACY-ARCHIVES/wget-2024"], reference_lm_file)
+    curate_segments(instance, root, ["LEGACY-ARCHIVES/wget-2024"], reference_lm_file)
     rows = [r for r in docs().to_pylist() if r["language_score"] is not None and r["language_score"] >= 0.65]
     assert rows
     for r in rows:
@@ -88,33 +197,116 @@ def test_decisions_are_derived_from_stored_signals(tokenlake_home, instance, cra
     assert funnel(r["decision"] for r in rows)[-1][0] == "kept"
 
 
-def test_same_partition_twice_and_with_two_workers_is_identical(tokenlake_home, instance, crawl_root,
-                                                                  reference_lm_file):
+def test_same_partition_twice_and_with_two_workers_is_identical(
+    tokenlake_home, instance, crawl_root, reference_lm_file
+):
     root = crawl_root({"CC-MAIN-2020-34/1596439738015.38": {"a.warc.gz": CC_FILE}})
     key = ["CC-MAIN-2020-34/1596439738015.38"]
-    curate(instance, root, key, reference_lm_file)
+    curate_segments(instance, root, key, reference_lm_file)
     first = comparable(docs())
-    materialize_segments(instance, root, key, selection="curated/documents", lm_path=reference_lm_file)
+    curate_documents(instance, root, key, reference_lm_file)
     assert comparable(docs()) == first
-    materialize_segments(instance, root, key, selection="curated/documents", lm_path=reference_lm_file,
-                         run_config={"ops": {"curated__documents": {"config": {"workers": 2, "chunk_docs": 3}}}})
+    curate_documents(
+        instance,
+        root,
+        key,
+        reference_lm_file,
+        run_config={"ops": {DOCUMENTS_OP: {"config": {"workers": 2, "chunk_docs": 3}}}},
+    )
     assert comparable(docs()) == first
     assert docs().num_rows == 16
+
+
+def partition_files(lakehouse: Lakehouse) -> list[str]:
+    """Every file in the curated.documents data folder of the test segment (committed or not)."""
+    folder = Path(lakehouse.table(CURATED_DOCUMENTS).location().removeprefix("file://")) / "data"
+    return sorted(p.name for p in folder.rglob("*.parquet"))
+
+
+def test_one_task_or_many_in_any_order_give_the_same_documents(
+    tmp_path, monkeypatch, instance, crawl_root, reference_lm_file
+):
+    """Three WARC files (so three raw data files): one curate task, a task per file, and a task per file run
+    backwards give the same rows in the same order (raw scan order). Perplexity buckets are cut over the whole
+    partition, not per task; the staged files are gone after the commit."""
+    root = crawl_root({"MIXED/seg": {"0-cc.warc.gz": CC_FILE, **{f"{i + 1}-{p.name}": p for i, p in enumerate(WGET)}}})
+    runs = {}
+    for n, (per_slice, executor) in enumerate(((3, None), (1, None), (1, ReversedExecutorResource()))):
+        monkeypatch.setenv("TOKENLAKE_HOME", str(tmp_path / f"home{n}"))
+        ingest(instance, root, ["MIXED/seg"])
+        (res,) = curate_documents(
+            instance,
+            root,
+            ["MIXED/seg"],
+            reference_lm_file,
+            executor=executor,
+            run_config={"ops": {DOCUMENTS_OP: {"config": {"files_per_slice": per_slice}}}},
+        )
+        md = res.asset_materializations_for_node(DOCUMENTS_OP)[0].metadata
+        lakehouse = Lakehouse()
+        in_scan_order = lakehouse.scan(CURATED_DOCUMENTS, ("record_id", "language", "perplexity", "ppl_bucket"))
+        raw = lakehouse.scan(RAW_WARC_RECORDS, ("record_id", "warc_file", "content_type"))
+        html = [
+            (r, f)
+            for r, f, ct in zip(*(raw[c].to_pylist() for c in ("record_id", "warc_file", "content_type")))
+            if "html" in (ct or "")
+        ]
+        assert in_scan_order["record_id"].to_pylist() == [r for r, _ in html]  # raw scan order
+        assert md["tasks"].value == 3 // per_slice and md["data_files"].value == 3 // per_slice
+        assert [f for f in partition_files(lakehouse) if "-staged-" in f] == []
+        runs[(per_slice, executor is not None)] = (table_digest(lakehouse, CURATED_DOCUMENTS), in_scan_order)
+    (one, rows), (many, _), (backwards, _) = runs.values()
+    assert one == many == backwards and one["rows"] == 53
+    # buckets cut per task (per WARC file) would differ: the cut-offs really span the tasks
+    per_file = defaultdict(list)
+    for (_, warc_file), lang, ppl in zip(html, rows["language"].to_pylist(), rows["perplexity"].to_pylist()):
+        per_file[warc_file].append((lang, ppl))
+    per_task = [
+        language_bucket(lang, ppl, language_thresholds(pairs)) for pairs in per_file.values() for lang, ppl in pairs
+    ]
+    assert per_task != rows["ppl_bucket"].to_pylist()
+
+
+def test_a_crash_between_the_maps_commits_nothing_and_leaves_only_orphans(
+    tokenlake_home, instance, crawl_root, reference_lm_file
+):
+    root = crawl_root({"LEGACY-ARCHIVES/wget-2024": {p.name: p for p in WGET}})
+    key = ["LEGACY-ARCHIVES/wget-2024"]
+    curate_segments(instance, root, key, reference_lm_file)
+    lakehouse = Lakehouse()
+    before, snapshot = table_digest(lakehouse, CURATED_DOCUMENTS), lakehouse.snapshot_id(CURATED_DOCUMENTS)
+    committed = partition_files(lakehouse)
+    (res,) = curate_documents(
+        instance, root, key, reference_lm_file, executor=CrashBeforeBucketsResource(), raise_on_error=False
+    )
+    assert not res.success
+    assert lakehouse.snapshot_id(CURATED_DOCUMENTS) == snapshot and table_digest(lakehouse, CURATED_DOCUMENTS) == before
+    staged = [f for f in partition_files(lakehouse) if "-staged-" in f]
+    assert len(staged) == 2  # one per curate task (WARC file), never referenced by a snapshot
+    removed = sweep_orphan_files(lakehouse.table(CURATED_DOCUMENTS), uncommitted_min_age_seconds=0)
+    assert sorted(Path(p).name for p in removed) == staged and partition_files(lakehouse) == committed
 
 
 def _response(url: str, body: bytes, content_type: str = "text/html; charset=utf-8", status: str = "200 OK") -> bytes:
     buf = io.BytesIO()
     writer = WARCWriter(buf, gzip=True)
-    http = StatusAndHeaders(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))],
-                            protocol="HTTP/1.1")
-    rec = writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http,
-                                    warc_headers_dict={"WARC-Record-ID": f"<urn:uuid:{uuid.UUID(int=len(body))}>"})
+    http = StatusAndHeaders(
+        status, [("Content-Type", content_type), ("Content-Length", str(len(body)))], protocol="HTTP/1.1"
+    )
+    rec = writer.create_warc_record(
+        url,
+        "response",
+        payload=io.BytesIO(body),
+        http_headers=http,
+        warc_headers_dict={"WARC-Record-ID": f"<urn:uuid:{uuid.UUID(int=len(body))}>"},
+    )
     writer.write_record(rec)
     return buf.getvalue()
 
 
-def test_hostile_pages_get_a_reason_and_the_partition_completes(tokenlake_home, instance, crawl_root,
-                                                                  reference_lm_file):
+def test_hostile_pages_get_a_reason_and_the_partition_completes(
+    tokenlake_home, instance, crawl_root, reference_lm_file
+):
     real = gzip.decompress(CC_FILE.read_bytes())
     start = real.index(b"<html")
     page = real[start : real.index(b"</html>", start) + 7]
@@ -122,12 +314,14 @@ def test_hostile_pages_get_a_reason_and_the_partition_completes(tokenlake_home, 
         _response("http://example.org/nested", b"<html><body>" + b"<div>" * 100_000 + b"deep" + b"</div>" * 100_000),
         _response("http://example.org/huge", b"<html><body><p>" + b"word " * 4_200_000 + b"</p></body></html>"),
         _response("http://example.org/binary", bytes(range(256)) * 2000, "text/html"),
-        _response("http://example.org/bad-utf8", page.replace(b"<html", b"<html>\xff\xfe\xc3\x28") , "text/html; charset=utf-8"),
+        _response(
+            "http://example.org/bad-utf8", page.replace(b"<html", b"<html>\xff\xfe\xc3\x28"), "text/html; charset=utf-8"
+        ),
         _response("http://example.org/wrong-charset", page, "text/html; charset=utf-16"),
         _response("http://example.org/not-found", page, status="404 Not Found"),
     ]
     root = crawl_root({"HOSTILE/seg": {"hostile.warc.gz": b"".join(records)}})
-    curate(instance, root, ["HOSTILE/seg"], reference_lm_file)
+    curate_segments(instance, root, ["HOSTILE/seg"], reference_lm_file)
     by_url = {r["url"]: r for r in docs().to_pylist()}
     assert len(by_url) == len(records)
     assert by_url["http://example.org/huge"]["decision"] == "too_large"
@@ -141,14 +335,19 @@ def test_hostile_pages_get_a_reason_and_the_partition_completes(tokenlake_home, 
 def _with_new_record_id(member_bytes: bytes) -> bytes:
     data = gzip.decompress(member_bytes)
     head, sep, body = data.partition(b"\r\n\r\n")
-    lines = [(b"WARC-Record-ID: <urn:uuid:" + str(uuid.uuid4()).encode() + b">")
-             if line.startswith(b"WARC-Record-ID:") else line for line in head.split(b"\r\n")]
+    lines = [
+        (b"WARC-Record-ID: <urn:uuid:" + str(uuid.uuid4()).encode() + b">")
+        if line.startswith(b"WARC-Record-ID:")
+        else line
+        for line in head.split(b"\r\n")
+    ]
     return gzip.compress(b"\r\n".join(lines) + sep + body, mtime=0)
 
 
 @pytest.mark.parametrize("order", ["older_first", "newer_first"])
-def test_exact_duplicates_across_partitions_keep_the_earliest_crawl(order, tokenlake_home, instance, crawl_root,
-                                                                     reference_lm_file):
+def test_exact_duplicates_across_partitions_keep_the_earliest_crawl(
+    order, tokenlake_home, instance, crawl_root, reference_lm_file
+):
     from warc_fixtures import members
 
     data = WGET[0].read_bytes()
@@ -156,9 +355,9 @@ def test_exact_duplicates_across_partitions_keep_the_earliest_crawl(order, token
     recrawl = b"".join(_with_new_record_id(data[o : o + n]) for o, n, _ in members(data))
     root = crawl_root({"CRAWL-2023/s": {"a.warc.gz": data}, "CRAWL-2024/s": {"b.warc.gz": recrawl}})
     keys = ["CRAWL-2023/s", "CRAWL-2024/s"]
-    curate(instance, root, keys if order == "older_first" else keys[::-1], reference_lm_file)
-    materialize_assets(instance, "curated/exact_duplicates")
-    t = open_catalog().load_table("curated.exact_duplicates").scan().to_arrow()
+    curate_segments(instance, root, keys if order == "older_first" else keys[::-1], reference_lm_file)
+    materialize_curated(instance, curated_defs.EXACT_DUPLICATES)
+    t = Lakehouse().scan(CURATED_EXACT_DUPLICATES)
     d = docs(["doc_id", "crawl", "kept", "text_sha256"])
     kept_2023 = d.filter((pc.field("kept")) & (pc.field("crawl") == "CRAWL-2023"))
     assert kept_2023.num_rows > 0
@@ -170,7 +369,7 @@ def test_exact_duplicates_across_partitions_keep_the_earliest_crawl(order, token
 def test_reference_lm_asset_builds_byte_identical_arpa(tokenlake_home, instance, reference_lm_file):
     from resources import reference_lm_path
 
-    materialize_assets(instance, "curated/reference_lm")
+    materialize_curated(instance, curated_defs.REFERENCE_LM)
     built = reference_lm_path()
     assert built.read_bytes() == open(reference_lm_file, "rb").read()
     model = kenlm.Model(str(built))
@@ -178,10 +377,10 @@ def test_reference_lm_asset_builds_byte_identical_arpa(tokenlake_home, instance,
 
 
 def test_langid_validation_asset_and_check(tokenlake_home, instance):
-    res = materialize_assets(instance, "curated/langid_validation")
+    res = materialize_curated(instance, curated_defs.LANGID_VALIDATION)
     md = res.asset_materializations_for_node("curated__langid_validation")[0].metadata
     assert md["macro_f1"].value >= 0.95
-    t = open_catalog().load_table("curated.langid_validation").scan().to_arrow()
+    t = Lakehouse().scan(CURATED_LANGID_VALIDATION)
     assert t.num_rows == 31 and "macro" in t["language"].to_pylist()
     (check,) = res.get_asset_check_evaluations()
     assert check.severity == dg.AssetCheckSeverity.WARN

@@ -30,7 +30,8 @@ from assets.curated.extract import (
 
 ROOT = Path(__file__).resolve().parents[2]
 CC_WARC = (
-    ROOT / "data/sample_crawl/crawl-data/CC-MAIN-2020-34/segments/1596439738015.38/warc"
+    ROOT
+    / "data/sample_crawl/crawl-data/CC-MAIN-2020-34/segments/1596439738015.38/warc"
     / "CC-MAIN-20200808165417-20200808195417-00395.warc.gz"
 )
 DECISIONS = {None, DECISION_EMPTY, DECISION_EXTRACT_FAILED, DECISION_EXTRACT_TIMEOUT, DECISION_TOO_LARGE}
@@ -82,9 +83,9 @@ def test_meta_charset_and_http_equiv():
     text = "日本語のテキストです。文字コードの確認。"
     sjis = page(f"<p>{text}</p>", head='<meta charset="shift_jis">').encode("shift_jis")
     assert text in decode_html(sjis, "text/html")
-    euc = page(
-        f"<p>{text}</p>", head='<meta http-equiv="Content-Type" content="text/html; charset=EUC-JP">'
-    ).encode("euc_jp")
+    euc = page(f"<p>{text}</p>", head='<meta http-equiv="Content-Type" content="text/html; charset=EUC-JP">').encode(
+        "euc_jp"
+    )
     assert text in decode_html(euc, None)
 
 
@@ -149,10 +150,26 @@ def test_stray_control_bytes_in_real_text_are_dropped_not_fatal():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=2000), st.one_of(st.none(), st.sampled_from(["text/html", "text/html; charset=utf-8",
-       "text/html; charset=shift_jis", "text/html; charset=bogus", "text/html; charset=utf-16",
-       "text/html; charset=base64", "text/html; charset=idna", "text/html; charset=unicode_escape",
-       "text/html; charset=rot13", "text/html; charset=iso-2022-jp"])))
+@given(
+    st.binary(max_size=2000),
+    st.one_of(
+        st.none(),
+        st.sampled_from(
+            [
+                "text/html",
+                "text/html; charset=utf-8",
+                "text/html; charset=shift_jis",
+                "text/html; charset=bogus",
+                "text/html; charset=utf-16",
+                "text/html; charset=base64",
+                "text/html; charset=idna",
+                "text/html; charset=unicode_escape",
+                "text/html; charset=rot13",
+                "text/html; charset=iso-2022-jp",
+            ]
+        ),
+    ),
+)
 def test_decode_never_raises_and_gives_lxml_safe_text(payload, content_type):
     text = decode_html(payload, content_type)
     if text is not None:

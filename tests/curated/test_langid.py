@@ -13,10 +13,21 @@ from assets.curated.langid import (
     UNDETERMINED,
     LanguageIdentifier,
     bundled_model_path,
-    format_validation,
-    language_decision,
     langid_validation,
+    language_decision,
 )
+
+
+def format_validation(rows: list[dict]) -> str:
+    """The rows of `langid_validation` as a fixed-width text table (printed with -s)."""
+    lines = [f"{'lang':<8}{'n':>6}{'prec':>8}{'recall':>8}{'f1':>8}{'unknown':>9}"]
+    for r in rows:
+        lines.append(
+            f"{r['lang']:<8}{r['n']:>6}{r['precision']:>8.3f}{r['recall']:>8.3f}{r['f1']:>8.3f}"
+            f"{r['unknown_share']:>9.3f}"
+        )
+    return "\n".join(lines)
+
 
 SENTENCES = Path(__file__).resolve().parents[2] / "data" / "langid" / "sentences.tsv"
 
@@ -86,8 +97,12 @@ class _FixedPredictions:
 
 def test_validation_arithmetic():
     predictions = {
-        "a1": ("en", 0.9), "a2": ("en", 0.9), "a3": ("de", 0.9), "a4": ("en", 0.2),
-        "b1": ("de", 0.9), "b2": ("en", 0.99),
+        "a1": ("en", 0.9),
+        "a2": ("en", 0.9),
+        "a3": ("de", 0.9),
+        "a4": ("en", 0.2),
+        "b1": ("de", 0.9),
+        "b2": ("en", 0.99),
     }
     labelled = [("a1", "en"), ("a2", "en"), ("a3", "en"), ("a4", "en"), ("b1", "de"), ("b2", "de")]
     rows = {r["lang"]: r for r in langid_validation(_FixedPredictions(predictions), labelled)}

@@ -18,10 +18,21 @@ from assets.curated.perplexity import (
     DocPerplexity,
     PerplexityScorer,
     bucket_thresholds,
-    buckets_by_language,
+    language_bucket,
+    language_thresholds,
     percentile_nearest_rank,
     ppl_bucket,
 )
+
+
+def buckets_by_language(langs, ppls, head_pct=30, tail_pct=60):
+    """Every document of a partition in one list, bucketed against its own language's percentiles (what
+    curated/documents computes from its tasks' (language, perplexity) pairs)."""
+    if len(langs) != len(ppls):
+        raise ValueError(f"langs and ppls differ in length: {len(langs)} != {len(ppls)}")
+    thresholds = language_thresholds(zip(langs, ppls), head_pct, tail_pct)
+    return [language_bucket(lang, ppl, thresholds) for lang, ppl in zip(langs, ppls)]
+
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 N_TRAIN_ARTICLES = 50  # the first half of the excerpt keeps the build to a few seconds
@@ -68,7 +79,7 @@ def test_score_matches_kenlm_perplexity(scorer):
     assert (doc.n_words, doc.n_sentences) == (10, 1)
     assert doc.perplexity == pytest.approx(scorer.model.perplexity(SENTENCE), rel=1e-9)
     assert doc.log10_prob_per_word == pytest.approx(scorer.model.score(SENTENCE) / 11, rel=1e-9)
-    assert doc.perplexity == pytest.approx(10 ** -doc.log10_prob_per_word)
+    assert doc.perplexity == pytest.approx(10**-doc.log10_prob_per_word)
 
 
 def test_real_sentence_is_at_least_ten_times_less_perplexing_than_shuffled(scorer):
@@ -164,7 +175,15 @@ def test_buckets_by_language_use_each_languages_own_percentiles():
     ppls = [10.0, 1000.0, 20.0, 2000.0, 30.0, 3000.0, None, 7.0, 40.0]
     # en: 10, 20, 30, 40 -> p30 = 20 (rank 2), p60 = 30 (rank 3); de: p30 = 1000, p60 = 2000.
     assert buckets_by_language(langs, ppls) == [
-        "head", "head", "head", "middle", "middle", "tail", None, "head", "tail",
+        "head",
+        "head",
+        "head",
+        "middle",
+        "middle",
+        "tail",
+        None,
+        "head",
+        "tail",
     ]
 
 
@@ -197,6 +216,22 @@ def test_bucket_properties(values, rng):
     permuted = list(values)
     rng.shuffle(permuted)
     assert bucket_thresholds(permuted) == thresholds
+
+
+languages = st.sampled_from(["en", "de", None])
+maybe_ppl = st.one_of(st.none(), st.just(float("nan")), st.sampled_from([5.0, 7.5, 9.0]), finite)
+
+
+@given(st.lists(st.tuples(languages, maybe_ppl), max_size=60), st.integers(1, 8), st.randoms(use_true_random=False))
+def test_cutoffs_from_tasks_in_any_grouping_and_order_give_the_same_buckets(docs, parts, rng):
+    """Tasks report their scored (language, perplexity) pairs in any order and grouping; the cut-offs and so
+    every document's bucket are those of the whole partition in one list (ties included)."""
+    whole = buckets_by_language([lang for lang, _ in docs], [ppl for _, ppl in docs])
+    chunks = [docs[i::parts] for i in range(parts)]
+    rng.shuffle(chunks)
+    reported = [(lang, ppl) for chunk in chunks for lang, ppl in chunk if ppl is not None]
+    thresholds = language_thresholds(reported)
+    assert [language_bucket(lang, ppl, thresholds) for lang, ppl in docs] == whole
 
 
 def test_scorer_loads_any_kenlm_model_path(tmp_path):

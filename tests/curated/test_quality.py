@@ -23,8 +23,8 @@ from assets.curated.quality import (
     QUALITY_SIGNAL_DOCS,
     QUALITY_SIGNAL_TYPES,
     QualityThresholds,
-    count_sentences,
     c4_clean_text,
+    count_sentences,
     quality_decision,
     quality_signals,
     tokenize_words,
@@ -62,8 +62,18 @@ SHORT3 = [c for c in (" ".join(ALPHA[i : i + 3]) for i in range(0, len(ALPHA) - 
 SHORT3_PUNCT = [c for c in (" ".join(WORDS[i : i + 3]) for i in range(0, 3000, 3)) if len(c) < 30]
 _RNG = random.Random(7)
 LETTERS = [_RNG.choice(string.ascii_lowercase) for _ in range(400)]
-LONG_DISTINCT = ["photosynthesis", "architecture", "metamorphosis", "entrepreneurs", "kaleidoscope",
-                 "thunderstorms", "hieroglyphics", "constellation", "parliamentary", "hypothetical"]
+LONG_DISTINCT = [
+    "photosynthesis",
+    "architecture",
+    "metamorphosis",
+    "entrepreneurs",
+    "kaleidoscope",
+    "thunderstorms",
+    "hieroglyphics",
+    "constellation",
+    "parliamentary",
+    "hypothetical",
+]
 
 
 def _phrase_repeats(n: int, k: int) -> str:
@@ -75,57 +85,140 @@ def _phrase_repeats(n: int, k: int) -> str:
 # reason -> (text for step k, the signal the rule reads, its published threshold, the first failing k)
 BOUNDARY = {
     # 6 paragraphs + 4 copies: 3 of 10 are repeats, exactly 0.3, which is still kept (the rule is "> 0.3").
-    "gopher_rep_dup_para_frac": (lambda k: "\n\n".join(PARAS[:6] + ["Read more."] * k), "gopher_rep_dup_para_frac", 0.3, 5),
-    "gopher_rep_dup_para_char_frac": (lambda k: "\n\n".join(PARAS + [LONGEST] * k), "gopher_rep_dup_para_char_frac", 0.2, 2),
-    "gopher_rep_dup_line_frac": (lambda k: "\n".join(PARAS[:6] + ["Read more."] * k), "gopher_rep_dup_line_frac", 0.3, 5),
-    "gopher_rep_dup_line_char_frac": (lambda k: "\n".join(PARAS + [LONGEST] * k), "gopher_rep_dup_line_char_frac", 0.2, 2),
+    "gopher_rep_dup_para_frac": (
+        lambda k: "\n\n".join(PARAS[:6] + ["Read more."] * k),
+        "gopher_rep_dup_para_frac",
+        0.3,
+        5,
+    ),
+    "gopher_rep_dup_para_char_frac": (
+        lambda k: "\n\n".join(PARAS + [LONGEST] * k),
+        "gopher_rep_dup_para_char_frac",
+        0.2,
+        2,
+    ),
+    "gopher_rep_dup_line_frac": (
+        lambda k: "\n".join(PARAS[:6] + ["Read more."] * k),
+        "gopher_rep_dup_line_frac",
+        0.3,
+        5,
+    ),
+    "gopher_rep_dup_line_char_frac": (
+        lambda k: "\n".join(PARAS + [LONGEST] * k),
+        "gopher_rep_dup_line_char_frac",
+        0.2,
+        2,
+    ),
     "gopher_rep_top_2gram_char_frac": (
         lambda k: BASE + "\n" + " ".join(f"hello world x{i}" for i in range(k)) + ".",
-        "gopher_rep_top_2gram_char_frac", 0.20, 190),
+        "gopher_rep_top_2gram_char_frac",
+        0.20,
+        190,
+    ),
     "gopher_rep_top_3gram_char_frac": (
         lambda k: BASE + "\n" + " ".join(f"hello big world x{i}" for i in range(k)) + ".",
-        "gopher_rep_top_3gram_char_frac", 0.18, 116),
+        "gopher_rep_top_3gram_char_frac",
+        0.18,
+        116,
+    ),
     "gopher_rep_top_4gram_char_frac": (
         lambda k: BASE + "\n" + " ".join(f"hello big round world x{i}" for i in range(k)) + ".",
-        "gopher_rep_top_4gram_char_frac", 0.16, 70),
+        "gopher_rep_top_4gram_char_frac",
+        0.16,
+        70,
+    ),
     **{
         f"gopher_rep_dup_{n}gram_char_frac": (
-            (lambda n: lambda k: _phrase_repeats(n, k))(n), f"gopher_rep_dup_{n}gram_char_frac", thr, first)
+            (lambda n: lambda k: _phrase_repeats(n, k))(n),  # noqa: B023 (bound by the outer lambda)
+            f"gopher_rep_dup_{n}gram_char_frac",
+            thr,
+            first,
+        )
         for n, thr, first in ((5, 0.15, 20), (6, 0.14, 15), (7, 0.13, 12), (8, 0.12, 10), (9, 0.11, 8), (10, 0.10, 7))
     },
     "gopher_quality_n_words_low": (lambda k: " ".join(WORDS[: 60 - k]), "gopher_n_words", 50, 11),
     "gopher_quality_mean_word_len_low": (lambda k: " ".join(WORDS[:60] + LETTERS[:k]), "gopher_mean_word_len", 3, 112),
     "gopher_quality_mean_word_len_high": (
         lambda k: " ".join(WORDS[:60] + [f"{i:03d}abcdefghijklmnopqrst" for i in range(k)]),
-        "gopher_mean_word_len", 10, 16),
-    "gopher_quality_hash_ratio": (lambda k: " ".join(WORDS[:300] + [f"#t{i}" for i in range(k)]), "gopher_hash_ratio", 0.1, 48),
+        "gopher_mean_word_len",
+        10,
+        16,
+    ),
+    "gopher_quality_hash_ratio": (
+        lambda k: " ".join(WORDS[:300] + [f"#t{i}" for i in range(k)]),
+        "gopher_hash_ratio",
+        0.1,
+        48,
+    ),
     "gopher_quality_ellipsis_ratio": (
-        lambda k: " ".join(WORDS[:300] + [f"e{i}…" for i in range(k)]) + " end.", "gopher_ellipsis_ratio", 0.1, 48),
+        lambda k: " ".join(WORDS[:300] + [f"e{i}…" for i in range(k)]) + " end.",
+        "gopher_ellipsis_ratio",
+        0.1,
+        48,
+    ),
     "gopher_quality_bullet_line_frac": (
-        lambda k: "\n".join(("• " + s if i < k else s) for i, s in enumerate(SENTS[:40])), "gopher_bullet_line_frac", 0.9, 37),
+        lambda k: "\n".join(("• " + s if i < k else s) for i, s in enumerate(SENTS[:40])),
+        "gopher_bullet_line_frac",
+        0.9,
+        37,
+    ),
     "gopher_quality_ellipsis_line_frac": (
         lambda k: "\n".join((s[:-1] + "..." if i < k else s) for i, s in enumerate(SENTS[:40])),
-        "gopher_ellipsis_line_frac", 0.3, 13),
+        "gopher_ellipsis_line_frac",
+        0.3,
+        13,
+    ),
     "gopher_quality_alpha_token_frac": (
-        lambda k: BASE + "\n" + " ".join(str(1000 + 7 * i) for i in range(k)) + ".", "gopher_alpha_token_frac", 0.8, 87),
+        lambda k: BASE + "\n" + " ".join(str(1000 + 7 * i) for i in range(k)) + ".",
+        "gopher_alpha_token_frac",
+        0.8,
+        87,
+    ),
     "gopher_quality_stop_words": (
-        lambda k: " ".join(NO_STOP[:100]) + "".join(f" the w{i}" for i in range(2 - k)) + ".", "gopher_n_stop_words", 2, 1),
+        lambda k: " ".join(NO_STOP[:100]) + "".join(f" the w{i}" for i in range(2 - k)) + ".",
+        "gopher_n_stop_words",
+        2,
+        1,
+    ),
     "c4_lorem_ipsum": (
-        lambda k: BASE + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit." * k, "c4_n_lines_lorem_ipsum", 0, 1),
+        lambda k: BASE + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit." * k,
+        "c4_n_lines_lorem_ipsum",
+        0,
+        1,
+    ),
     "c4_curly_bracket": (
-        lambda k: BASE + "\nThe set {1, 2, 3} has three elements." * k, "c4_n_lines_curly_bracket", 0, 1),
+        lambda k: BASE + "\nThe set {1, 2, 3} has three elements." * k,
+        "c4_n_lines_curly_bracket",
+        0,
+        1,
+    ),
     "c4_n_sentences": (lambda k: " ".join(SENTS[: 5 - k]), "c4_n_sentences", 5, 1),
     "fineweb_line_punct_ratio": (
         lambda k: "\n".join((s if i < 4 - k else s.rstrip(".!?'\"")) for i, s in enumerate(SENTS[:25])),
-        "fineweb_line_punct_ratio", 0.12, 1),  # 3 of 25 lines is exactly 0.12: dropped ("<= 0.12")
+        "fineweb_line_punct_ratio",
+        0.12,
+        1,
+    ),  # 3 of 25 lines is exactly 0.12: dropped ("<= 0.12")
     "fineweb_short_line_ratio": (
         lambda k: "\n".join(SENTS[:33] + [c + "." for c in SHORT3_PUNCT[: 66 + k]]),
-        "fineweb_short_line_ratio", 0.67, 1),  # 67 of 100 short lines is exactly 0.67: dropped (">= 0.67")
+        "fineweb_short_line_ratio",
+        0.67,
+        1,
+    ),  # 67 of 100 short lines is exactly 0.67: dropped (">= 0.67")
     "fineweb_char_dup_ratio": (
-        lambda k: BASE + ("\n" + " ".join(SENTS[-1].split()[: 5 + k])) * 2, "fineweb_char_dup_ratio", 0.01, 8),
+        lambda k: BASE + ("\n" + " ".join(SENTS[-1].split()[: 5 + k])) * 2,
+        "fineweb_char_dup_ratio",
+        0.01,
+        8,
+    ),
     "fineweb_newline_ratio": (
-        lambda k: "\n".join(SHORT3[:60] + LONG3[:25] + [c + "." for c in LONG3[25:39]] + [" ".join(ALPHA[: 20 - k]) + "."]),
-        "fineweb_newline_ratio", 0.3, 3),
+        lambda k: "\n".join(
+            SHORT3[:60] + LONG3[:25] + [c + "." for c in LONG3[25:39]] + [" ".join(ALPHA[: 20 - k]) + "."]
+        ),
+        "fineweb_newline_ratio",
+        0.3,
+        3,
+    ),
 }
 
 
@@ -199,9 +292,15 @@ def reference_decision(text: str, t: QualityThresholds = QualityThresholds()) ->
     if (text.count("...") + text.count("…")) / len(words) > t.gopher_max_ellipsis_ratio:
         return "gopher_quality_ellipsis_ratio"
     lines = text.splitlines()
-    if sum(s.lstrip().startswith("•") or s.lstrip().startswith("-") for s in lines) / len(lines) > t.gopher_max_bullet_line_frac:
+    if (
+        sum(s.lstrip().startswith("•") or s.lstrip().startswith("-") for s in lines) / len(lines)
+        > t.gopher_max_bullet_line_frac
+    ):
         return "gopher_quality_bullet_line_frac"
-    if sum(s.rstrip().endswith("...") or s.rstrip().endswith("…") for s in lines) / len(lines) > t.gopher_max_ellipsis_line_frac:
+    if (
+        sum(s.rstrip().endswith("...") or s.rstrip().endswith("…") for s in lines) / len(lines)
+        > t.gopher_max_ellipsis_line_frac
+    ):
         return "gopher_quality_ellipsis_line_frac"
     if sum(any(c.isalpha() for c in w) for w in words) / len(words) < t.gopher_min_alpha_token_frac:
         return "gopher_quality_alpha_token_frac"
@@ -226,8 +325,17 @@ def reference_decision(text: str, t: QualityThresholds = QualityThresholds()) ->
             continue
         if "{" in line:
             return "c4_curly_bracket"
-        if any(p in lower for p in ("terms of use", "privacy policy", "cookie policy", "uses cookies",
-                                     "use of cookies", "use cookies")):
+        if any(
+            p in lower
+            for p in (
+                "terms of use",
+                "privacy policy",
+                "cookie policy",
+                "uses cookies",
+                "use of cookies",
+                "use cookies",
+            )
+        ):
             continue
         n_sentences += count_sentences(line)
         kept.append(line)
@@ -241,7 +349,10 @@ def reference_decision(text: str, t: QualityThresholds = QualityThresholds()) ->
         return "fineweb_line_punct_ratio"
     if sum(1 for s in lines if len(s) <= 30) / len(lines) >= t.fineweb_max_short_line_ratio:
         return "fineweb_short_line_ratio"
-    if _find_duplicates([s for s in lines if s.strip()])[1] / len(doc.replace("\n", "")) >= t.fineweb_max_char_dup_ratio:
+    if (
+        _find_duplicates([s for s in lines if s.strip()])[1] / len(doc.replace("\n", ""))
+        >= t.fineweb_max_char_dup_ratio
+    ):
         return "fineweb_char_dup_ratio"
     if doc.count("\n") / len(tokenize_words(doc)) > t.fineweb_max_newline_ratio:
         return "fineweb_newline_ratio"
@@ -257,17 +368,40 @@ def _decide(text: str, t: QualityThresholds = QualityThresholds()) -> str | None
 
 def test_reasons_are_unique_and_in_family_order():
     assert len(set(QUALITY_REASONS)) == len(QUALITY_REASONS)
-    families = [next(f for f in ("gopher_rep_", "gopher_quality_", "c4_", "fineweb_") if r.startswith(f))
-                for r in QUALITY_REASONS]
+    families = [
+        next(f for f in ("gopher_rep_", "gopher_quality_", "c4_", "fineweb_") if r.startswith(f))
+        for r in QUALITY_REASONS
+    ]
     assert families == sorted(families, key=["gopher_rep_", "gopher_quality_", "c4_", "fineweb_"].index)
     assert set(BOUNDARY) == set(QUALITY_REASONS) - {"gopher_quality_n_words_high"}  # that one: own test
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", "\n\n", "word", "#", "{", BASE, NAVIGATION[0]["text"], "x" * 1500 + " lorem ipsum {",
-     "• a\n• b\n...\n…", "Ünïcödé wörds ünd 数字 ١٢٣ — “quoted” …"],
-    ids=["empty", "newlines", "one-word", "hash", "brace", "wikipedia", "navigation", "long-word", "bullets", "unicode"],
+    [
+        "",
+        "\n\n",
+        "word",
+        "#",
+        "{",
+        BASE,
+        NAVIGATION[0]["text"],
+        "x" * 1500 + " lorem ipsum {",
+        "• a\n• b\n...\n…",
+        "Ünïcödé wörds ünd 数字 ١٢٣ — “quoted” …",
+    ],
+    ids=[
+        "empty",
+        "newlines",
+        "one-word",
+        "hash",
+        "brace",
+        "wikipedia",
+        "navigation",
+        "long-word",
+        "bullets",
+        "unicode",
+    ],
 )
 def test_signal_names_and_types_are_fixed(text):
     signals = quality_signals(text)
@@ -336,9 +470,11 @@ def test_real_article_bodies_are_kept(record):
 
 @pytest.mark.parametrize(
     "record, reason",
-    [(NAVIGATION[0], "fineweb_line_punct_ratio"),  # menus survive C4 but almost no line ends a sentence
-     (NAVIGATION[1], "gopher_rep_dup_line_frac"),  # the same menu entries in header and footer
-     (NAVIGATION[2], "gopher_rep_dup_line_frac")],
+    [
+        (NAVIGATION[0], "fineweb_line_punct_ratio"),  # menus survive C4 but almost no line ends a sentence
+        (NAVIGATION[1], "gopher_rep_dup_line_frac"),  # the same menu entries in header and footer
+        (NAVIGATION[2], "gopher_rep_dup_line_frac"),
+    ],
     ids=[r["url"].split("/")[2] for r in NAVIGATION],
 )
 def test_real_navigation_text_is_dropped(record, reason):
@@ -358,8 +494,13 @@ def test_rethresholding_from_stored_signals_flips_decisions():
     assert quality_decision(wiki, QualityThresholds(c4_min_sentences=1000)) == "c4_n_sentences"
 
     # Everything disabled keeps everything.
-    off = QualityThresholds(**{f: None for f in QualityThresholds.__dataclass_fields__
-                               if f not in ("c4_filter_no_terminal_punct", "fineweb_line_punct_exclude_zero")})
+    off = QualityThresholds(
+        **{
+            f: None
+            for f in QualityThresholds.__dataclass_fields__
+            if f not in ("c4_filter_no_terminal_punct", "fineweb_line_punct_exclude_zero")
+        }
+    )
     for record in NAVIGATION:
         assert quality_decision(quality_signals(record["text"]), off) is None
 
@@ -394,29 +535,64 @@ def test_lorem_ipsum_wins_over_an_earlier_curly_bracket():
 
 
 def test_c4_clean_text_removes_lines_like_fineweb():
-    text = "\n".join([PARAS[0], "Home", "Please enable JavaScript to view the comments.",
-                      "We use cookies; see our privacy policy.", "Cited claim here.[12]", PARAS[1]])
+    text = "\n".join(
+        [
+            PARAS[0],
+            "Home",
+            "Please enable JavaScript to view the comments.",
+            "We use cookies; see our privacy policy.",
+            "Cited claim here.[12]",
+            PARAS[1],
+        ]
+    )
     assert c4_clean_text(text) == "\n".join([PARAS[0], "Cited claim here.", PARAS[1]])
     assert c4_clean_text("Three words here\n" + PARAS[0], filter_no_terminal_punct=True) == PARAS[0]
     s = quality_signals(text)
-    assert (s["c4_n_lines"], s["c4_n_lines_kept"], s["c4_n_lines_too_few_words"],
-            s["c4_n_lines_javascript"], s["c4_n_lines_policy"]) == (6, 3, 1, 1, 1)
+    assert (
+        s["c4_n_lines"],
+        s["c4_n_lines_kept"],
+        s["c4_n_lines_too_few_words"],
+        s["c4_n_lines_javascript"],
+        s["c4_n_lines_policy"],
+    ) == (6, 3, 1, 1, 1)
     assert s["fineweb_n_lines"] == 3  # fineweb signals read the cleaned text
 
 
 @pytest.mark.parametrize(
     "line, n",
-    [("One sentence only", 1), ("Mr. Smith went home. He slept.", 2), ("It rained! Did it? Yes.", 3),
-     ("Born in 1900. In 1950 he died.", 2), ("See J. R. R. Tolkien for more.", 1), ("e.g. this and that.", 1)],
+    [
+        ("One sentence only", 1),
+        ("Mr. Smith went home. He slept.", 2),
+        ("It rained! Did it? Yes.", 3),
+        ("Born in 1900. In 1950 he died.", 2),
+        ("See J. R. R. Tolkien for more.", 1),
+        ("e.g. this and that.", 1),
+    ],
 )
 def test_sentence_count(line, n):
     assert count_sentences(line) == n
 
 
-LINE_POOL = [*SENTS[:60], *PARAS[:4], "Read more.", "Home", "• Bullet item here", "- dash item line", "Wait...",
-             "Lorem ipsum dolor sit amet.", "Please enable JavaScript.", "We use cookies on this site.",
-             "var x = {a: 1};", "### Heading ###", "2019 2020 2021 2022", "Cited fact.[3]", "a b", "", "…",
-             "x" * 1001 + " long word line."]
+LINE_POOL = [
+    *SENTS[:60],
+    *PARAS[:4],
+    "Read more.",
+    "Home",
+    "• Bullet item here",
+    "- dash item line",
+    "Wait...",
+    "Lorem ipsum dolor sit amet.",
+    "Please enable JavaScript.",
+    "We use cookies on this site.",
+    "var x = {a: 1};",
+    "### Heading ###",
+    "2019 2020 2021 2022",
+    "Cited fact.[3]",
+    "a b",
+    "",
+    "…",
+    "x" * 1001 + " long word line.",
+]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -424,8 +600,13 @@ LINE_POOL = [*SENTS[:60], *PARAS[:4], "Read more.", "Home", "• Bullet item her
     st.lists(st.sampled_from(LINE_POOL), unique=True, max_size=40),
     st.lists(st.sampled_from(LINE_POOL), max_size=3),
     st.sampled_from(["\n", "\n\n", "\n \n"]),
-    st.sampled_from([QualityThresholds(), QualityThresholds(c4_min_sentences=2, gopher_min_words=20),
-                     QualityThresholds(fineweb_line_punct_exclude_zero=True, gopher_rep_max_dup_line_frac=0.6)]),
+    st.sampled_from(
+        [
+            QualityThresholds(),
+            QualityThresholds(c4_min_sentences=2, gopher_min_words=20),
+            QualityThresholds(fineweb_line_punct_exclude_zero=True, gopher_rep_max_dup_line_frac=0.6),
+        ]
+    ),
 )
 def test_decision_from_signals_equals_rules_on_text(lines, repeats, sep, t):
     text = sep.join(lines + repeats)

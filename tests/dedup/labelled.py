@@ -22,15 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from assets.dedup.minhash import (
-    MinHashParams,
-    band_hashes,
-    candidate_pairs,
-    estimated_jaccard,
-    match_probability,
-    shingles,
-    signature_of_shingles,
-)
+from assets.dedup.minhash import MinHashParams, band_hashes, estimated_jaccard, shingles, signature_of_shingles
+from tests.dedup.reference import candidate_pairs, match_probability
 
 REPO = Path(__file__).resolve().parents[2]
 WIKIPEDIA = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -69,8 +62,9 @@ def wikipedia_articles() -> list[tuple[str, list[str]]]:
     return articles
 
 
-def chunk_sentences(sentences: list[str], min_words: int = 300, max_words: int = 800,
-                    target_words: int = 500) -> list[list[str]]:
+def chunk_sentences(
+    sentences: list[str], min_words: int = 300, max_words: int = 800, target_words: int = 500
+) -> list[list[str]]:
     """Consecutive runs of whole sentences of about target_words words; runs outside [min, max] are dropped."""
     chunks, current, n = [], [], 0
     for s in sentences:
@@ -241,8 +235,13 @@ class Quality:
     exact_verify: dict[str, float] = field(default_factory=dict)  # candidates verified by exact Jaccard
 
 
-def evaluate(data: LabelledSet, params: MinHashParams = MinHashParams(), dup_threshold: float = 0.8,
-             verify_thresholds: tuple[float, ...] = (0.8, 0.75), grey: float = 0.05) -> Quality:
+def evaluate(
+    data: LabelledSet,
+    params: MinHashParams = MinHashParams(),
+    dup_threshold: float = 0.8,
+    verify_thresholds: tuple[float, ...] = (0.8, 0.75),
+    grey: float = 0.05,
+) -> Quality:
     """Signatures, band hashes and LSH candidates for every text, scored against exact Jaccard labels."""
     shingle_sets = [set(shingles(t, params.n_grams)) for t in data.texts]
     sigs = [signature_of_shingles(s, params) for s in shingle_sets]  # a set gives the same minima as the list
@@ -259,15 +258,20 @@ def evaluate(data: LabelledSet, params: MinHashParams = MinHashParams(), dup_thr
         pred = {p for p, e in estimate.items() if e >= v}
         tp, fp, fn = len(pred & true), len(pred - true), len(true - pred)
         q.by_verify[v] = {
-            "tp": tp, "fp": fp, "fn": fn,
+            "tp": tp,
+            "fp": fp,
+            "fn": fn,
             "precision": tp / (tp + fp) if tp + fp else float("nan"),
             "recall": tp / (tp + fn) if tp + fn else float("nan"),
             # false positives that are near misses (exact >= 0.7): what a lower verify threshold costs
             "fp_near_miss": sum(1 for p in pred - true if exact.get(p, 0.0) >= 0.7),
         }
         # What an ideal MinHash would score on the same pairs (pairs below 0.3 contribute < 1e-4 each).
-        probs = {p: ideal_prediction_probability(round(s, 3), v, params.bands, params.rows)
-                 for p, s in exact.items() if s >= 0.3}
+        probs = {
+            p: ideal_prediction_probability(round(s, 3), v, params.bands, params.rows)
+            for p, s in exact.items()
+            if s >= 0.3
+        }
         e_tp = sum(pr for p, pr in probs.items() if p in true)
         e_fp = sum(pr for p, pr in probs.items() if p not in true)
         q.by_verify[v]["ideal_precision"] = e_tp / (e_tp + e_fp) if e_tp + e_fp else float("nan")
@@ -278,17 +282,21 @@ def evaluate(data: LabelledSet, params: MinHashParams = MinHashParams(), dup_thr
         lo, hi = dup_threshold - grey, dup_threshold + grey
         clear_true = {p for p in true if exact[p] >= hi}
         q.by_verify[v]["precision_outside_grey"] = (
-            sum(1 for p in pred if exact.get(p, 0.0) >= lo) / len(pred) if pred else float("nan"))
-        q.by_verify[v]["recall_outside_grey"] = (
-            len(pred & clear_true) / len(clear_true) if clear_true else float("nan"))
+            sum(1 for p in pred if exact.get(p, 0.0) >= lo) / len(pred) if pred else float("nan")
+        )
+        q.by_verify[v]["recall_outside_grey"] = len(pred & clear_true) / len(clear_true) if clear_true else float("nan")
 
     # Verification by the exact Jaccard of the candidate pair's shingles (the asset's default, verify="exact"):
     # precision is 1 by construction, so the number that matters is recall, i.e. the LSH stage's recall.
     pred = {p for p in cands if exact.get(p, 0.0) >= dup_threshold}
     tp, fp = len(pred & true), len(pred - true)
-    q.exact_verify = {"tp": tp, "fp": fp, "fn": len(true - pred),
-                      "precision": tp / (tp + fp) if tp + fp else float("nan"),
-                      "recall": tp / len(true) if true else float("nan")}
+    q.exact_verify = {
+        "tp": tp,
+        "fp": fp,
+        "fn": len(true - pred),
+        "precision": tp / (tp + fp) if tp + fp else float("nan"),
+        "recall": tp / len(true) if true else float("nan"),
+    }
 
     rows = [BucketRow(lo, hi) for lo, hi in zip(BUCKET_EDGES, BUCKET_EDGES[1:])]
     for p, s in exact.items():
@@ -325,14 +333,14 @@ def format_report(q: Quality) -> str:
         f"'ideal' = an ideal {p.num_perm}-row MinHash on the same pairs;",
         f"'outside grey' = FP only if exact < {q.dup_threshold - q.grey:.2f}, "
         f"miss only if exact >= {q.dup_threshold + q.grey:.2f}",
-        "  v      precision  recall |  ideal P  ideal R |  P outside grey  R outside grey |    tp    fp    fn"
-        "  fp>=0.7",
+        "  v      precision  recall |  ideal P  ideal R |  P outside grey  R outside grey |    tp    fp    fn  fp>=0.7",
     ]
     for v, m in q.by_verify.items():
         lines.append(
             f"  {v:<6} {m['precision']:>9.4f} {m['recall']:>7.4f} | {m['ideal_precision']:>8.4f}"
             f" {m['ideal_recall']:>8.4f} | {m['precision_outside_grey']:>15.4f} {m['recall_outside_grey']:>15.4f} |"
-            f" {m['tp']:>5} {m['fp']:>5} {m['fn']:>5} {m['fp_near_miss']:>8}")
+            f" {m['tp']:>5} {m['fp']:>5} {m['fn']:>5} {m['fp_near_miss']:>8}"
+        )
     m = q.exact_verify
     lines += [
         f"  exact  {m['precision']:>9.4f} {m['recall']:>7.4f}   <- candidates verified by the exact Jaccard of their "
@@ -343,6 +351,8 @@ def format_report(q: Quality) -> str:
     for r in q.buckets:
         mid = match_probability((r.lo + r.hi) / 2, p.bands, p.rows)
         close = "]" if r.hi == 1.0 else ")"
-        lines.append(f"  [{r.lo:.1f}, {r.hi:.1f}{close} {r.n_pairs:>10,} {r.n_candidates:>10,} {r.measured:>9.4f}"
-                     f" {r.expected:>19.4f} {mid:>24.4f}")
+        lines.append(
+            f"  [{r.lo:.1f}, {r.hi:.1f}{close} {r.n_pairs:>10,} {r.n_candidates:>10,} {r.measured:>9.4f}"
+            f" {r.expected:>19.4f} {mid:>24.4f}"
+        )
     return "\n".join(lines)

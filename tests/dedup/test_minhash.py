@@ -20,30 +20,28 @@ from assets.dedup.minhash import (
     SCHEME,
     MinHashParams,
     band_hashes,
-    candidate_pairs,
     estimated_jaccard,
     exact_jaccard,
     is_empty_signature,
-    lsh_threshold,
-    match_probability,
     normalise_for_minhash,
-    shingle_hash32,
     shingle_hashes,
     shingles,
-    signature,
     signature_from_bytes,
     signature_of_shingles,
     signature_to_bytes,
     signatures,
 )
+from tests.dedup.reference import candidate_pairs, lsh_threshold, match_probability, shingle_hash32, signature
 
 REPO = Path(__file__).resolve().parents[2]
 P = MinHashParams()
-ALBEDO = ("The Albedo of a surface is the fraction of incident sunlight that the surface reflects. Fresh snow "
-          "has an albedo of about 0.9; the oceans, about 0.06.")
+ALBEDO = (
+    "The Albedo of a surface is the fraction of incident sunlight that the surface reflects. Fresh snow "
+    "has an albedo of about 0.9; the oceans, about 0.06."
+)
 # sha256 of signature_to_bytes(signature(ALBEDO)) with the default params. If this changes, every stored
 # signature and band hash changes with it: a new datasketch scheme, hash function or normalisation needs a
-# rebuild of curated.minhash_bands, not just a new constant here. (Last changed by the word-hash shingle
+# rebuild of dedup.minhash_bands, not just a new constant here. (Last changed by the word-hash shingle
 # hashing, which replaced BLAKE2b-32 of each shingle.)
 ALBEDO_SIGNATURE_SHA256 = "d7205f01d18da919f3468d40b455d0968fd18471346b12f75dc77271b646c521"
 
@@ -93,7 +91,10 @@ def test_ascii_case_and_punctuation_do_not_change_shingles(text):
 
 def test_shingles_are_word_5_grams():
     assert shingles("one two three four five six seven") == [
-        b"one two three four five", b"two three four five six", b"three four five six seven"]
+        b"one two three four five",
+        b"two three four five six",
+        b"three four five six seven",
+    ]
     assert shingles("Just three words.") == [b"just three words"]
     assert shingles("!!! ...") == []
     assert shingles("a b c d e", n=2) == [b"a b", b"b c", b"c d", b"d e"]
@@ -129,8 +130,10 @@ def test_signature_of_a_text_equals_that_of_its_shingles(text):
 def test_signatures_of_many_chunks_equal_one_by_one():
     # signatures() hashes ~256 KB of text at a time; documents on both sides of a chunk boundary, and short and
     # empty ones between them, must not see each other.
-    wiki = [json.loads(line)["text"] for line in
-            (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()]
+    wiki = [
+        json.loads(line)["text"]
+        for line in (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()
+    ]
     docs = [w for _ in range(1 + (1 << 19) // sum(map(len, wiki))) for w in wiki + ["", "two words", "!"]]
     docs += [ALBEDO, "x"]
     batch = signatures(docs)
@@ -153,8 +156,10 @@ def test_shingle_hashes_of_odd_bytes():
 def test_shingle_hashes_spread_like_random_32_bit_values():
     # The distinct 5-grams of real text: 32-bit collisions about as many as the birthday bound predicts, and
     # every bit set in about half of the values.
-    wiki = [json.loads(line)["text"] for line in
-            (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()]
+    wiki = [
+        json.loads(line)["text"]
+        for line in (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()
+    ]
     distinct = sorted({s for w in wiki for s in shingles(w)} | {s for w in wiki for s in shingles(w, 2)})
     values = shingle_hashes(distinct)
     n = len(distinct)
@@ -194,16 +199,23 @@ def test_batch_equals_one_by_one_and_params_matter():
 def test_signature_and_band_hashes_do_not_depend_on_pythonhashseed():
     code = (
         "import json, sys\n"
-        "from assets.dedup.minhash import signature, signature_to_bytes, band_hashes\n"
-        "texts = json.loads(sys.stdin.read())\n"
-        "print(json.dumps([[signature_to_bytes(signature(t)).hex(), band_hashes(signature(t))] for t in texts]))\n"
+        "from assets.dedup.minhash import signatures, signature_to_bytes, band_hashes\n"
+        "sigs = signatures(json.loads(sys.stdin.read()))\n"
+        "print(json.dumps([[signature_to_bytes(s).hex(), band_hashes(s)] for s in sigs]))\n"
     )
     docs = [ALBEDO, "Één twee drie vier vijf zes zeven acht negen tien.", "short"]
     outputs = set()
     for seed in ("0", "1", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}
-        out = subprocess.run([sys.executable, "-c", code], input=json.dumps(docs), capture_output=True,
-                             text=True, env=env, cwd=REPO, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            input=json.dumps(docs),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            check=True,
+        ).stdout
         outputs.add(out)
     assert len(outputs) == 1
     here = [[signature_to_bytes(signature(t)).hex(), band_hashes(signature(t))] for t in docs]
@@ -278,14 +290,20 @@ def test_candidate_pairs_share_a_band():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 3), min_size=3, max_size=3), max_size=12))
 def test_candidate_pairs_equal_brute_force(lists):
-    brute = {(i, j) for i in range(len(lists)) for j in range(i + 1, len(lists))
-             if any(a == b for a, b in zip(lists[i], lists[j]))}
+    brute = {
+        (i, j)
+        for i in range(len(lists))
+        for j in range(i + 1, len(lists))
+        if any(a == b for a, b in zip(lists[i], lists[j]))
+    }
     assert candidate_pairs(lists) == brute
 
 
 def test_near_duplicates_of_real_text_become_candidates():
-    wiki = [json.loads(line) for line in
-            (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()]
+    wiki = [
+        json.loads(line)
+        for line in (REPO / "tests" / "curated" / "data" / "quality" / "wikipedia_paragraphs.jsonl").open()
+    ]
     doc = " ".join(wiki[1]["text"].split("\n")[:6])  # "Albedo": a few hundred words of real text
     edited = doc.replace("albedo", "reflectivity", 1).replace(". ", ", so. ", 2)
     other = " ".join(wiki[2]["text"].split("\n")[:6])

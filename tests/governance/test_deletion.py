@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
+from pyiceberg.expressions import EqualTo
 
 import loader
-from assets.governance.propagate import ERASURE_KEY, ErasureCoverageError, erasure, plan
+from assets.governance.propagate import ErasureCoverageError, plan
 from assets.governance.requests import load_request
 from assets.run_view import store
-from assets.run_view.manifest import tag_name
-from iceberg_catalog import TABLES, open_catalog
+from iceberg_catalog import TABLES
+from iceberg_catalog.erasure import ERASURE_KEY, erasure
 from iceberg_catalog.maintenance import count_matching_in_retained_snapshots, find_bytes_in_files
-from pyiceberg.expressions import EqualTo
+from iceberg_catalog.run_view_contract import tag_name
+from iceberg_catalog.schemas import CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS
 from resources import IcebergCatalogResource, lineage_resource
 from tests.run_view import builders
 from tests.run_view.test_gate import candidate_metadata, decide, materialize_candidate
@@ -26,9 +28,25 @@ def _defs():
 
 
 def request(instance, key_type: str, value: str, defs=None) -> str:
-    res = (defs or _defs()).resolve_job_def("request_deletion").execute_in_process(
-        instance=instance, run_config={"ops": {"record_deletion_request": {"config": {
-            "key_type": key_type, "value": value, "reason": "takedown", "requested_by": "legal@example.org"}}}})
+    res = (
+        (defs or _defs())
+        .resolve_job_def("request_deletion")
+        .execute_in_process(
+            instance=instance,
+            run_config={
+                "ops": {
+                    "record_deletion_request": {
+                        "config": {
+                            "key_type": key_type,
+                            "value": value,
+                            "reason": "takedown",
+                            "requested_by": "legal@example.org",
+                        }
+                    }
+                }
+            },
+        )
+    )
     return res.output_for_node("record_deletion_request")
 
 
@@ -41,37 +59,45 @@ def tick(instance, name: str) -> list[dg.RunRequest]:
 
 def run(instance, job: str, req: dg.RunRequest) -> dg.ExecuteInProcessResult:
     """Execute what a sensor requested, as the daemon would launch it."""
-    return _defs().resolve_job_def(job).execute_in_process(instance=instance, run_config=req.run_config,
-                                                           raise_on_error=False)
+    return (
+        _defs()
+        .resolve_job_def(job)
+        .execute_in_process(instance=instance, run_config=req.run_config, raise_on_error=False)
+    )
 
 
-def snapshot_state(catalog) -> dict[str, tuple]:
-    return {ident: (catalog.load_table(ident).metadata_location,) for ident in TABLES}
+def snapshot_state(lakehouse) -> dict[str, tuple]:
+    return {ident: (lakehouse.table(t).metadata_location,) for ident, t in TABLES.items()}
+
+
+def rows_of(lakehouse, ident: str, row_filter) -> int:
+    return lakehouse.scan(TABLES[ident], row_filter=row_filter).num_rows
 
 
 @pytest.fixture
-def published(tokenlake_home, instance):
+def published(lakehouse, instance):
     """A lakehouse with 30 documents and a run view published through the real gate."""
-    catalog = open_catalog()
-    docs = builders.write_documents(catalog, n_docs=30)
-    builders.screen(catalog)
+    docs = builders.write_documents(lakehouse, n_docs=30)
+    builders.screen(lakehouse)
     md = candidate_metadata(materialize_candidate(instance, name="gov"))
     assert decide(instance, md["run_view_id"], md["manifest_sha256"]).success
-    return catalog, docs, md["run_view_id"]
+    return lakehouse, docs, md["run_view_id"]
 
 
 def test_url_deletion_supersedes_rebuilds_and_erases(published, instance, tokenlake_home):
-    catalog, docs, rv_id = published
+    lakehouse, docs, rv_id = published
     victim, other = docs[3], docs[4]
-    assert victim["doc_id"] in store.read_samples(catalog, rv_id)["doc_id"].to_pylist()
+    assert victim["doc_id"] in store.read_samples(lakehouse, rv_id)["doc_id"].to_pylist()
     secret = victim["text"][40:120].encode()
     warehouse = str(tokenlake_home)
     assert find_bytes_in_files(warehouse, [secret])  # the search can find it before erasure
-    unrelated_before = {ident: catalog.load_table(ident).scan(row_filter=EqualTo("doc_id", other["doc_id"]))
-                        .to_arrow().num_rows for ident in ("curated.documents", "tokenized.documents")}
+    unrelated_before = {
+        ident: rows_of(lakehouse, ident, EqualTo("doc_id", other["doc_id"]))
+        for ident in ("curated.documents", "tokenized.documents")
+    }
 
     rid = request(instance, "url", victim["url"])
-    assert load_request(catalog, rid)["status"] == "pending"
+    assert load_request(lakehouse, rid)["status"] == "pending"
     [req] = tick(instance, "deletion_requests")
     assert req.run_key == rid
     res = run(instance, "propagate_deletion", req)
@@ -84,49 +110,51 @@ def test_url_deletion_supersedes_rebuilds_and_erases(published, instance, tokenl
 
     # every commit of the propagation carries the request id
     for ident in ("curated.documents", "tokenized.documents", "run_view.samples"):
-        summary = catalog.load_table(ident).current_snapshot().summary.additional_properties
+        summary = lakehouse.table(TABLES[ident]).current_snapshot().summary.additional_properties
         assert summary["tokenlake.deletion-request-id"] == rid, ident
 
     # 0 matching rows in every table at every retained snapshot, and the text in no file on disk
     for ident in ("curated.documents", "tokenized.documents", "run_view.samples"):
-        counts = count_matching_in_retained_snapshots(catalog.load_table(ident), EqualTo("doc_id", victim["doc_id"]))
+        table = lakehouse.table(TABLES[ident])
+        counts = count_matching_in_retained_snapshots(table, EqualTo("doc_id", victim["doc_id"]))
         assert counts and sum(counts.values()) == 0, ident
     assert find_bytes_in_files(warehouse, [secret]) == []
-    assert {ident: catalog.load_table(ident).scan(row_filter=EqualTo("doc_id", other["doc_id"])).to_arrow().num_rows
-            for ident in unrelated_before} == unrelated_before
-    assert all(tag_name(rv_id) not in catalog.load_table(i).refs() for i in TABLES)
+    assert {
+        ident: rows_of(lakehouse, ident, EqualTo("doc_id", other["doc_id"])) for ident in unrelated_before
+    } == unrelated_before
+    assert all(tag_name(rv_id) not in lakehouse.table(t).refs() for t in TABLES.values())
 
     # the view is superseded: the loader refuses it, naming the request
-    row = store.load_manifest(catalog, rv_id)
+    row = store.load_manifest(lakehouse, rv_id)
     assert (row["status"], row["superseded_by_request"]) == ("superseded", rid)
     with pytest.raises(loader.RunViewSuperseded, match=rid):
-        loader.open_run_view(rv_id, catalog=catalog)
+        loader.open_run_view(rv_id, catalog=lakehouse)
     refused = decide(instance, rv_id, row["manifest_sha256"], reviewer="mallory")  # the gate refuses it too
-    assert not refused.success and store.load_manifest(catalog, rv_id)["status"] == "superseded"
+    assert not refused.success and store.load_manifest(lakehouse, rv_id)["status"] == "superseded"
 
     # a rebuilt candidate without the document, waiting for approval
     [rebuild] = tick(instance, "superseded_run_views")
     built = run(instance, "run_view_candidate", rebuild)
     assert built.success
     new = candidate_metadata(built)
-    new_row = store.load_manifest(catalog, new["run_view_id"])
+    new_row = store.load_manifest(lakehouse, new["run_view_id"])
     assert (new_row["status"], new_row["supersedes"]) == ("candidate", rv_id)
-    assert victim["doc_id"] not in store.read_samples(catalog, new["run_view_id"])["doc_id"].to_pylist()
+    assert victim["doc_id"] not in store.read_samples(lakehouse, new["run_view_id"])["doc_id"].to_pylist()
     assert tick(instance, "superseded_run_views") == []
     assert decide(instance, new["run_view_id"], new["manifest_sha256"], reviewer="frank").success
 
     # the request is completed and re-running it changes nothing in any table
-    assert load_request(catalog, rid)["status"] == "completed"
+    assert load_request(lakehouse, rid)["status"] == "completed"
     assert tick(instance, "deletion_requests") == []
-    before = snapshot_state(catalog)
+    before = snapshot_state(lakehouse)
     again = run(instance, "propagate_deletion", req)
     assert again.success and again.output_for_node("propagate")["rows_deleted"] == 0
-    assert snapshot_state(catalog) == before
+    assert snapshot_state(lakehouse) == before
 
 
 def test_a_request_matching_nothing_completes_with_an_empty_report(published, instance):
-    catalog, _, rv_id = published
-    before = {i: catalog.load_table(i).metadata_location for i in TABLES if i != "governance.deletion_requests"}
+    lakehouse, _, rv_id = published
+    before = {i: lakehouse.table(t).metadata_location for i, t in TABLES.items() if i != "governance.deletion_requests"}
     rid = request(instance, "domain", "no-such-site.example")
     [req] = tick(instance, "deletion_requests")
     res = run(instance, "propagate_deletion", req)
@@ -134,13 +162,13 @@ def test_a_request_matching_nothing_completes_with_an_empty_report(published, in
     report = res.output_for_node("propagate")
     assert report["rows_deleted"] == 0 and report["superseded_run_views"] == [] and report["erased"]
     assert report["lineage_keys"] == {"record_id": 0, "deletion_key": 0, "doc_id": 0}
-    assert load_request(catalog, rid)["status"] == "completed"
-    assert {i: catalog.load_table(i).metadata_location for i in before} == before
-    assert store.load_manifest(catalog, rv_id)["status"] == "published"
+    assert load_request(lakehouse, rid)["status"] == "completed"
+    assert {i: lakehouse.table(TABLES[i]).metadata_location for i in before} == before
+    assert store.load_manifest(lakehouse, rv_id)["status"] == "published"
 
 
 def test_a_derived_asset_without_deletion_support_makes_propagation_refuse(published, instance):
-    catalog, docs, rv_id = published
+    lakehouse, docs, rv_id = published
     from assets.curated.defs import DOCUMENTS
 
     @dg.asset(key=["curated", "summaries"], deps=[DOCUMENTS])
@@ -148,25 +176,40 @@ def test_a_derived_asset_without_deletion_support_makes_propagation_refuse(publi
         return None
 
     base = _defs()
-    defs = dg.Definitions(assets=[*base.assets, summaries], asset_checks=base.asset_checks, jobs=base.jobs,
-                          resources={**base.resources, "lineage": lineage_resource(lambda: defs)})
+    defs = dg.Definitions(
+        assets=[*base.assets, summaries],
+        asset_checks=base.asset_checks,
+        jobs=base.jobs,
+        resources={**base.resources, "lineage": lineage_resource(lambda: defs)},
+    )
     rid = request(instance, "doc_id", docs[0]["doc_id"], defs)
     res = defs.resolve_job_def("propagate_deletion").execute_in_process(
-        instance=instance, run_config={"ops": {"propagate": {"config": {"request_id": rid}}}}, raise_on_error=False)
+        instance=instance, run_config={"ops": {"propagate": {"config": {"request_id": rid}}}}, raise_on_error=False
+    )
     assert not res.success
     failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
     assert "curated/summaries" in failure.step_failure_data.error.message
-    assert catalog.load_table("tokenized.documents").scan(
-        row_filter=EqualTo("doc_id", docs[0]["doc_id"])).to_arrow().num_rows == 1
-    assert store.load_manifest(catalog, rv_id)["status"] == "published"
+    assert rows_of(lakehouse, "tokenized.documents", EqualTo("doc_id", docs[0]["doc_id"])) == 1
+    assert store.load_manifest(lakehouse, rv_id)["status"] == "published"
 
 
 def test_plan_validates_declarations():
     with pytest.raises(ErasureCoverageError, match="x/y"):
         plan({"x/y": None})
+    # declarations read back from the asset graph are checked again (metadata can be written by hand)
     with pytest.raises(ErasureCoverageError, match="cannot be matched on"):
-        plan({"a": erasure(("curated.documents", ["url"]))[ERASURE_KEY]})
+        plan({"a": {"tables": [{"table": "curated.documents", "columns": ["url"]}], "run_views": False}})
     with pytest.raises(ErasureCoverageError, match="unknown table"):
-        plan({"a": erasure(("curated.nope", ["doc_id"]))[ERASURE_KEY]})
-    targets = plan({"a": erasure(("curated.documents", ["doc_id"]))[ERASURE_KEY]})
-    assert [(t.asset_key, t.table, t.columns) for t in targets] == [("a", "curated.documents", ("doc_id",))]
+        plan({"a": {"tables": [{"table": "curated.nope", "columns": ["doc_id"]}], "run_views": False}})
+    with pytest.raises(ValueError, match="cannot match rows on"):
+        erasure((CURATED_DOCUMENTS, ["url"]))
+    targets = plan(
+        {
+            "b": erasure((TOKENIZED_DOCUMENTS, ["doc_id"]))[ERASURE_KEY],
+            "a": erasure((CURATED_DOCUMENTS, ["doc_id", "record_id"]))[ERASURE_KEY],
+        }
+    )
+    assert [(t.asset_key, t.table, t.columns) for t in targets] == [
+        ("a", CURATED_DOCUMENTS, ("doc_id", "record_id")),
+        ("b", TOKENIZED_DOCUMENTS, ("doc_id",)),
+    ]

@@ -15,12 +15,17 @@ from pyiceberg.expressions import In
 import loader
 from assets.governance.provenance import provenance
 from assets.run_view import store
-from iceberg_catalog import TABLES, open_catalog
+from iceberg_catalog import TABLES, Lakehouse
 from iceberg_catalog.maintenance import count_matching_in_retained_snapshots, find_bytes_in_files
+from iceberg_catalog.schemas import CURATED_DOCUMENTS, RAW_WARC_RECORDS
 from orchestration.cli import main as cli
 from resources import IcebergCatalogResource
 
 G = 4  # global batch size for the provenance steps and the loader run
+
+
+# the whole demo, then approval, provenance and deletion (~50 s): `make test-slow`, which CI runs
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +44,12 @@ def demo_lakehouse(tmp_path_factory):
     mp.undo()
 
 
-def lineage_counts(catalog, keys: dict[str, set]) -> dict[str, int]:
+def lineage_counts(lakehouse, keys: dict[str, set]) -> dict[str, int]:
     """Rows matching any lineage key, summed over every retained snapshot, per table that has such a column."""
     out = {}
     for ident, tdef in TABLES.items():
         names = {f.name for f in tdef.schema.fields}
-        table = catalog.load_table(ident)
+        table = lakehouse.table(tdef)
         for column, values in keys.items():
             if column in names and values and table.current_snapshot() is not None:
                 counts = count_matching_in_retained_snapshots(table, In(column, sorted(values)))
@@ -53,15 +58,15 @@ def lineage_counts(catalog, keys: dict[str, set]) -> dict[str, int]:
 
 
 def test_provenance_then_deletion_of_a_url_in_a_published_view(demo_lakehouse, capsys):
-    catalog = open_catalog()
-    [candidate] = store.list_run_views(catalog)
+    lakehouse = Lakehouse()
+    [candidate] = store.list_run_views(lakehouse)
     rv_id = candidate["run_view_id"]
     assert cli(["runview", "approve", rv_id, "--sha256", candidate["manifest_sha256"], "--reviewer", "grace"]) == 0
-    samples = store.read_samples(catalog, rv_id)
+    samples = store.read_samples(lakehouse, rv_id)
 
     # --- provenance of a document in the published view
     doc_id = samples["doc_id"][0].as_py()
-    [prov] = provenance(catalog, doc_id=doc_id, global_batch_size=G, epochs=(0,))
+    [prov] = provenance(lakehouse, doc_id=doc_id, global_batch_size=G, epochs=(0,))
     raw = prov["raw_record"]
     assert raw["warc_file"].endswith(".warc.gz") and raw["warc_offset"] >= 0 and raw["licence_basis"]
     path = raw["warc_file"].removeprefix("file://")
@@ -73,43 +78,51 @@ def test_provenance_then_deletion_of_a_url_in_a_published_view(demo_lakehouse, c
     [view] = prov["run_views"]
     assert view["status"] == "published" and view["reviewer"] == "grace"
     served = {s["step"] for s in view["served_at"]}
-    view_obj = loader.open_run_view(rv_id, catalog=catalog)
-    actually = {batch["step"] for batch in loader.RunViewLoader(view_obj, G, epochs=1)
-                if any(d == doc_id for seq in batch["documents"] for d, _, _ in seq)}
+    view_obj = loader.open_run_view(rv_id, catalog=lakehouse)
+    actually = {
+        batch["step"]
+        for batch in loader.RunViewLoader(view_obj, G, epochs=1)
+        if any(d == doc_id for seq in batch["documents"] for d, _, _ in seq)
+    }
     assert served == actually and served
     assert cli(["provenance", "--doc-id", doc_id, "--global-batch-size", str(G)]) == 0
     printed = capsys.readouterr().out
-    assert raw["warc_file"] in printed and f'"warc_offset": {raw["warc_offset"]}' in printed and '"served_at"' in printed
+    assert (
+        raw["warc_file"] in printed and f'"warc_offset": {raw["warc_offset"]}' in printed and '"served_at"' in printed
+    )
 
     # --- delete that document's URL
     url = prov["curated"]["url"]
-    victims = catalog.load_table("raw.warc_records").scan(
-        row_filter=In("deletion_key", [catalog.load_table("curated.documents").scan(
-            row_filter=In("doc_id", [doc_id]), selected_fields=("deletion_key",)).to_arrow()["deletion_key"][0].as_py()]),
-        selected_fields=("record_id", "deletion_key", "payload")).to_arrow()
-    keys = {"record_id": set(victims["record_id"].to_pylist()), "deletion_key": set(victims["deletion_key"].to_pylist()),
-            "doc_id": {doc_id}}
+    dkey = lakehouse.scan(CURATED_DOCUMENTS, ("deletion_key",), In("doc_id", [doc_id]))["deletion_key"][0].as_py()
+    victims = lakehouse.scan(RAW_WARC_RECORDS, ("record_id", "deletion_key", "payload"), In("deletion_key", [dkey]))
+    keys = {
+        "record_id": set(victims["record_id"].to_pylist()),
+        "deletion_key": set(victims["deletion_key"].to_pylist()),
+        "doc_id": {doc_id},
+    }
     payload = victims["payload"][0].as_py()
-    needle = _unique_slice(catalog, payload, exclude=keys["record_id"])
+    needle = _unique_slice(lakehouse, payload, exclude=keys["record_id"])
     warehouse = str(demo_lakehouse)
     assert find_bytes_in_files(warehouse, [needle])  # found before: the search can see it
-    before = lineage_counts(catalog, keys)
+    before = lineage_counts(lakehouse, keys)
     assert before["raw.warc_records.record_id"] > 0 and before["tokenized.documents.doc_id"] > 0
-    others = {ident: _rows_not_matching(catalog, ident, keys) for ident in
-              ("raw.warc_records", "curated.documents", "tokenized.documents", "curated.minhash_bands")}
+    others = {
+        ident: _rows_not_matching(lakehouse, ident, keys)
+        for ident in ("raw.warc_records", "curated.documents", "tokenized.documents", "dedup.minhash_bands")
+    }
 
     assert cli(["delete", "url", url, "--reason", "takedown", "--requested-by", "legal", "--now"]) == 0
     out = capsys.readouterr().out
     assert "erased: True" in out and rv_id in out
 
-    after = lineage_counts(catalog, keys)
+    after = lineage_counts(lakehouse, keys)
     assert after and all(n == 0 for n in after.values()), after
     assert find_bytes_in_files(warehouse, [needle]) == []
-    assert {ident: _rows_not_matching(catalog, ident, keys) for ident in others} == others
-    row = store.load_manifest(catalog, rv_id)
+    assert {ident: _rows_not_matching(lakehouse, ident, keys) for ident in others} == others
+    row = store.load_manifest(lakehouse, rv_id)
     assert row["status"] == "superseded" and row["superseded_by_request"]
     with pytest.raises(loader.RunViewSuperseded):
-        loader.open_run_view(rv_id, catalog=catalog)
+        loader.open_run_view(rv_id, catalog=lakehouse)
 
     # the sensor builds the successor candidate; it waits for a reviewer
     from orchestration.definitions import defs
@@ -118,27 +131,28 @@ def test_provenance_then_deletion_of_a_url_in_a_published_view(demo_lakehouse, c
         sensor = defs.resolve_sensor_def("superseded_run_views")
         with dg.build_sensor_context(instance=instance, resources={"catalog": IcebergCatalogResource()}) as ctx:
             [req] = sensor(ctx)
-        res = defs.resolve_job_def("run_view_candidate").execute_in_process(instance=instance,
-                                                                            run_config=req.run_config)
+        res = defs.resolve_job_def("run_view_candidate").execute_in_process(
+            instance=instance, run_config=req.run_config
+        )
     assert res.success
-    successor = [r for r in store.list_run_views(catalog) if r["supersedes"] == rv_id]
+    successor = [r for r in store.list_run_views(lakehouse) if r["supersedes"] == rv_id]
     assert len(successor) == 1 and successor[0]["status"] == "candidate"
-    assert doc_id not in store.read_samples(catalog, successor[0]["run_view_id"])["doc_id"].to_pylist()
+    assert doc_id not in store.read_samples(lakehouse, successor[0]["run_view_id"])["doc_id"].to_pylist()
     assert cli(["deletions"]) == 0 and "completed" in capsys.readouterr().out
 
 
-def _rows_not_matching(catalog, ident: str, keys: dict[str, set]) -> Counter:
-    t = catalog.load_table(ident).scan().to_arrow()
+def _rows_not_matching(lakehouse, ident: str, keys: dict[str, set]) -> Counter:
+    t = lakehouse.scan(TABLES[ident])
     cols = [c for c in keys if c in t.column_names]
-    return Counter(tuple(r[c] for c in cols) for r in t.select(cols).to_pylist()
-                   if not any(r[c] in keys[c] for c in cols))
+    return Counter(
+        tuple(r[c] for c in cols) for r in t.select(cols).to_pylist() if not any(r[c] in keys[c] for c in cols)
+    )
 
 
-def _unique_slice(catalog, payload: bytes, exclude: set[str], width: int = 48) -> bytes:
+def _unique_slice(lakehouse, payload: bytes, exclude: set[str], width: int = 48) -> bytes:
     """A slice of `payload` that no other raw record contains (so its absence afterwards means erasure)."""
-    others = [p for r, p in zip(*[catalog.load_table("raw.warc_records").scan(
-        selected_fields=("record_id", "payload")).to_arrow()[c].to_pylist() for c in ("record_id", "payload")])
-        if r not in exclude]
+    raw = lakehouse.scan(RAW_WARC_RECORDS, ("record_id", "payload"))
+    others = [p for r, p in zip(raw["record_id"].to_pylist(), raw["payload"].to_pylist()) if r not in exclude]
     for start in range(len(payload) // 2, len(payload) - width, 97):
         candidate = payload[start : start + width]
         if not any(candidate in p for p in others):

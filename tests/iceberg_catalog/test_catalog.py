@@ -25,8 +25,14 @@ def test_catalog_is_selected_by_configuration_file(tokenlake_home, tmp_path, mon
     other = tmp_path / "elsewhere"
     other.mkdir()
     f = tmp_path / "catalog.yaml"
-    f.write_text(json.dumps({"name": "prod", "properties": {"type": "sql", "uri": f"sqlite:///{other}/c.db",
-                                                            "warehouse": other.as_uri()}}))
+    f.write_text(
+        json.dumps(
+            {
+                "name": "prod",
+                "properties": {"type": "sql", "uri": f"sqlite:///{other}/c.db", "warehouse": other.as_uri()},
+            }
+        )
+    )
     monkeypatch.setenv("TOKENLAKE_CATALOG", str(f))
     cfg = CatalogConfig.resolve()
     assert cfg.name == "prod" and cfg.properties["uri"].endswith("elsewhere/c.db")
@@ -82,10 +88,12 @@ def test_ensure_tables_is_idempotent(tokenlake_home):
     assert before == {i: catalog.load_table(i).metadata_location for i in TABLES}
 
 
-LINEAGE_TABLES = {"raw.warc_records": {"record_id", "deletion_key", "crawl", "segment"},
-                  "raw.rejected_records": {"crawl", "segment", "deletion_key", "record_id"},
-                  "curated.documents": {"doc_id", "record_id", "deletion_key", "crawl", "segment"},
-                  "curated.exact_duplicates": {"doc_id", "crawl", "segment"}}
+LINEAGE_TABLES = {
+    "raw.warc_records": {"record_id", "deletion_key", "crawl", "segment"},
+    "raw.rejected_records": {"crawl", "segment", "deletion_key", "record_id"},
+    "curated.documents": {"doc_id", "record_id", "deletion_key", "crawl", "segment"},
+    "curated.exact_duplicates": {"doc_id", "crawl", "segment"},
+}
 
 
 @pytest.mark.parametrize("ident", sorted(TABLES))

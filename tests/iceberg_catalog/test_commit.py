@@ -1,29 +1,54 @@
-"""The commit helper: exact partition overwrite, provenance on every snapshot, serialised committers."""
+"""The commit helper and the lakehouse handle: exact partition overwrite, provenance on every snapshot,
+serialised committers, task files committed in task order, pinned scans and slices."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-from datetime import datetime, timezone
+import pickle
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 
-from iceberg_catalog import CatalogConfig, Provenance, config_hash, open_catalog, overwrite_partition
+from iceberg_catalog import CatalogConfig, FileWriter, Lakehouse, Provenance, TaskResult, config_hash, open_catalog
+from iceberg_catalog.digest import table_digest
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS
 
 T = "raw.rejected_records"
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def rejects(crawl: str, segment: str, n: int, reason: str = "garbage_bytes") -> pa.Table:
-    rows = [{"crawl": crawl, "segment": segment, "warc_file": "f", "warc_offset": i, "warc_length": 1,
-             "reason": reason, "detail": None, "record_id": None, "record_type": None, "target_uri": None,
-             "deletion_key": None, "ingested_at": NOW} for i in range(n)]
+    rows = [
+        {
+            "crawl": crawl,
+            "segment": segment,
+            "warc_file": "f",
+            "warc_offset": i,
+            "warc_length": 1,
+            "reason": reason,
+            "detail": None,
+            "record_id": None,
+            "record_type": None,
+            "target_uri": None,
+            "deletion_key": None,
+            "ingested_at": NOW,
+        }
+        for i in range(n)
+    ]
     return pa.Table.from_pylist(rows, schema=RAW_REJECTED_RECORDS.arrow_schema)
 
 
 def prov(run: str, key: str = "c/s", upstream=None) -> Provenance:
     return Provenance("raw/rejected_records", key, run, "raw-1", config_hash({"x": 1}), upstream or {})
+
+
+def overwrite_partition(catalog, ident, partition, batches, provenance, catalog_fingerprint=""):
+    lakehouse = Lakehouse(CatalogConfig.resolve(), catalog=catalog)
+    writer = lakehouse.writer(RAW_REJECTED_RECORDS, partition)
+    for batch in batches:
+        writer.write(batch)
+    return writer.commit(provenance)
 
 
 def counts(catalog) -> dict[tuple[str, str], int]:
@@ -40,8 +65,13 @@ def test_overwrite_replaces_exactly_one_partition(tokenlake_home):
     overwrite_partition(catalog, T, {"crawl": "c", "segment": "s2"}, [rejects("c", "s2", 3)], prov("r2", "c/s2"))
     # re-materialise s1 twice, in two batches: never duplicated, s2 untouched
     for run in ("r3", "r4"):
-        res = overwrite_partition(catalog, T, {"crawl": "c", "segment": "s1"},
-                                  [rejects("c", "s1", 4), rejects("c", "s1", 3)], prov(run, "c/s1"))
+        res = overwrite_partition(
+            catalog,
+            T,
+            {"crawl": "c", "segment": "s1"},
+            [rejects("c", "s1", 4), rejects("c", "s1", 3)],
+            prov(run, "c/s1"),
+        )
         assert res.rows == 7
     assert counts(catalog) == {("c", "s1"): 7, ("c", "s2"): 3}
 
@@ -49,8 +79,12 @@ def test_overwrite_replaces_exactly_one_partition(tokenlake_home):
 def test_every_snapshot_carries_provenance(tokenlake_home):
     catalog = open_catalog()
     up = {"raw.warc_records": 123}
-    res = overwrite_partition(catalog, T, {"crawl": "c", "segment": "s"}, [rejects("c", "s", 2)], prov("run-a", upstream=up))
-    res2 = overwrite_partition(catalog, T, {"crawl": "c", "segment": "s"}, [rejects("c", "s", 2)], prov("run-b", upstream=up))
+    res = overwrite_partition(
+        catalog, T, {"crawl": "c", "segment": "s"}, [rejects("c", "s", 2)], prov("run-a", upstream=up)
+    )
+    res2 = overwrite_partition(
+        catalog, T, {"crawl": "c", "segment": "s"}, [rejects("c", "s", 2)], prov("run-b", upstream=up)
+    )
     assert res2.snapshot_id != res.snapshot_id
     table = catalog.load_table(T)
     for snap in table.snapshots():
@@ -59,7 +93,10 @@ def test_every_snapshot_carries_provenance(tokenlake_home):
         assert p["code-version"] == "raw-1" and p["config-hash"] == config_hash({"x": 1})
         assert p["upstream-snapshot-ids"] == '{"raw.warc_records": 123}'
         assert p["dagster-run-id"] in ("run-a", "run-b")
-    assert Provenance.from_snapshot_summary(table.current_snapshot().summary.additional_properties)["dagster-run-id"] == "run-b"
+    assert (
+        Provenance.from_snapshot_summary(table.current_snapshot().summary.additional_properties)["dagster-run-id"]
+        == "run-b"
+    )
 
 
 def test_empty_partition_still_records_a_snapshot(tokenlake_home):
@@ -88,11 +125,11 @@ def test_config_hash_is_canonical():
 
 def _committer(args) -> int:
     home, worker, n = args
-    catalog = open_catalog(CatalogConfig.embedded(home))
+    lakehouse = Lakehouse(CatalogConfig.embedded(home))
     for i in range(n):
-        overwrite_partition(catalog, T, {"crawl": "c", "segment": f"w{worker}"},
-                            [rejects("c", f"w{worker}", i + 1)], prov(f"w{worker}-{i}", f"c/w{worker}"),
-                            catalog_fingerprint=CatalogConfig.embedded(home).fingerprint())
+        writer = lakehouse.writer(RAW_REJECTED_RECORDS, {"crawl": "c", "segment": f"w{worker}"})
+        writer.write(rejects("c", f"w{worker}", i + 1))
+        writer.commit(prov(f"w{worker}-{i}", f"c/w{worker}"))
     return worker
 
 
@@ -100,8 +137,81 @@ def test_concurrent_committers_on_sqlite_lose_nothing(tokenlake_home):
     open_catalog()  # create tables first
     workers, n = 4, 3
     with mp.get_context("spawn").Pool(workers) as pool:
-        assert sorted(pool.map(_committer, [(str(tokenlake_home), w, n) for w in range(workers)])) == list(range(workers))
+        assert sorted(pool.map(_committer, [(str(tokenlake_home), w, n) for w in range(workers)])) == list(
+            range(workers)
+        )
     catalog = open_catalog()
     assert counts(catalog) == {("c", f"w{w}"): n for w in range(workers)}
     runs = {s.summary.additional_properties["tokenlake.dagster-run-id"] for s in catalog.load_table(T).snapshots()}
     assert runs == {f"w{w}-{i}" for w in range(workers) for i in range(n)}
+
+
+def run_task(lakehouse: Lakehouse, run: str, index: int, rows: int) -> TaskResult:
+    """A task writing `rows` rejects of partition c/s (offsets tell the task apart), never committing."""
+    writer = FileWriter(lakehouse.output(RAW_REJECTED_RECORDS, {"crawl": "c", "segment": "s"}, run, index))
+    data = rejects("c", "s", rows)
+    writer.write(data.set_column(3, "warc_offset", pa.array([index * 1000 + i for i in range(rows)], pa.int64())))
+    return TaskResult(index, (writer.close(),), {"rows": rows})
+
+
+def test_task_files_are_invisible_until_one_commit_in_task_order(lakehouse):
+    results = [run_task(lakehouse, "run1", i, n) for i, n in enumerate((3, 0, 5, 2))]
+    assert lakehouse.snapshot_id(RAW_REJECTED_RECORDS) is None  # written, not committed
+    done = lakehouse.commit(
+        reversed(results), {RAW_REJECTED_RECORDS: {"crawl": "c", "segment": "s"}}, {RAW_REJECTED_RECORDS: prov("run1")}
+    )
+    commit = done[RAW_REJECTED_RECORDS]
+    assert (commit.rows, commit.files) == (10, 3)  # the empty task wrote no file
+    table = lakehouse.table(RAW_REJECTED_RECORDS)
+    assert len(table.snapshots()) == 1
+    offsets = lakehouse.scan(RAW_REJECTED_RECORDS, ("warc_offset",))["warc_offset"].to_pylist()
+    assert offsets == [0, 1, 2, 2000, 2001, 2002, 2003, 2004, 3000, 3001]  # task order, not completion order
+
+
+def test_the_table_does_not_depend_on_how_tasks_are_grouped(tokenlake_home, tmp_path):
+    digests = []
+    for n, sizes in enumerate(((10,), (4, 6), (1, 2, 3, 4))):
+        lakehouse = Lakehouse(CatalogConfig.embedded(tmp_path / f"h{n}"))
+        rows = iter(range(10))
+        results = []
+        for i, size in enumerate(sizes):
+            writer = FileWriter(lakehouse.output(RAW_REJECTED_RECORDS, {"crawl": "c", "segment": "s"}, "r", i))
+            offsets = [next(rows) for _ in range(size)]
+            writer.write(rejects("c", "s", size).set_column(3, "warc_offset", pa.array(offsets, pa.int64())))
+            results.append(TaskResult(i, (writer.close(),)))
+        lakehouse.commit(
+            results[::-1], {RAW_REJECTED_RECORDS: {"crawl": "c", "segment": "s"}}, {RAW_REJECTED_RECORDS: prov("r")}
+        )
+        digests.append(table_digest(lakehouse, RAW_REJECTED_RECORDS))
+    assert digests[0] == digests[1] == digests[2] and digests[0]["rows"] == 10
+
+
+def test_a_commit_refuses_files_of_another_partition_or_table(lakehouse):
+    result = run_task(lakehouse, "r", 0, 2)
+    with pytest.raises(ValueError, match="this commit replaces"):
+        lakehouse.commit(
+            [result], {RAW_REJECTED_RECORDS: {"crawl": "c", "segment": "other"}}, {RAW_REJECTED_RECORDS: prov("r")}
+        )
+    assert lakehouse.snapshot_id(RAW_REJECTED_RECORDS) is None
+
+
+def test_the_handle_pickles_as_configuration_and_reads_pinned_slices(lakehouse):
+    first, second = (
+        lakehouse.commit(
+            [run_task(lakehouse, f"r{i}", 0, n)],
+            {RAW_REJECTED_RECORDS: {"crawl": "c", "segment": "s"}},
+            {RAW_REJECTED_RECORDS: prov(f"r{i}")},
+        )[RAW_REJECTED_RECORDS].snapshot_id
+        for i, n in enumerate((3, 4))
+    )
+    copy = pickle.loads(pickle.dumps(lakehouse))
+    assert copy.lock_key == lakehouse.lock_key and copy._catalog is None
+    assert copy.scan_at(RAW_REJECTED_RECORDS, first).num_rows == 3  # time travel to the pinned snapshot
+    assert copy.scan(RAW_REJECTED_RECORDS).num_rows == 4
+    empty = copy.scan_at(RAW_REJECTED_RECORDS, None, ("reason", "warc_offset"))
+    assert empty.num_rows == 0 and empty.schema.names == ["reason", "warc_offset"]
+    slices = pickle.loads(pickle.dumps(copy.slices(RAW_REJECTED_RECORDS, second, columns=("warc_offset",))))
+    read = [b for s in slices for b in copy.read_slice(s)]
+    assert sum(b.num_rows for b in read) == 4 and read[0].schema.names == ["warc_offset"]
+    with pytest.raises(TypeError, match="TableDef"):
+        copy.table("raw.rejected_records")

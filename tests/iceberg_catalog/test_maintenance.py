@@ -7,7 +7,7 @@ import lzma
 import multiprocessing as mp
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 RAW = "raw.warc_records"
 TOK = "tokenized.documents"
 CRAWL = "CC-MAIN-2024-22"
-NOW = datetime(2024, 5, 20, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 20, 12, 0, tzinfo=UTC)
 DR = {"tokenlake.deletion-request-id": "DR-0001"}
 # The victim's URL sorts first in its file, so its first 16 characters are the file's lower bound on
 # target_uri: they sit in the Parquet footer and in every manifest that lists the file.
@@ -63,16 +63,30 @@ def warc_rows(segment: str, docs: list[tuple[str, str]], victim: int | None = No
         body = f"<html><head><title>{title}</title></head><body><p>{text}</p>"
         body += f"<p>{SECRET}</p></body></html>" if i == victim else "</body></html>"
         payload = body.encode()
-        rows.append({
-            "record_id": f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{segment}/{i}')}>",
-            "deletion_key": deletion_key(uri), "crawl": CRAWL, "segment": segment, "target_uri": uri,
-            "host": uri.split("/")[2], "warc_date": NOW, "http_status": 200, "content_type": "text/html; charset=utf-8",
-            "payload": payload, "payload_length": len(payload),
-            "payload_sha1": "sha1:" + hashlib.sha1(payload).hexdigest().upper(), "payload_digest_declared": None,
-            "payload_digest_verified": None, "warc_file": f"crawl-data/{CRAWL}/segments/{segment}/warc/x.warc.gz",
-            "warc_offset": 1000 * i, "warc_length": 900, "warc_version": "WARC/1.1", "licence_basis": "cc-terms",
-            "ingested_at": NOW,
-        })
+        rows.append(
+            {
+                "record_id": f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{segment}/{i}')}>",
+                "deletion_key": deletion_key(uri),
+                "crawl": CRAWL,
+                "segment": segment,
+                "target_uri": uri,
+                "host": uri.split("/")[2],
+                "warc_date": NOW,
+                "http_status": 200,
+                "content_type": "text/html; charset=utf-8",
+                "payload": payload,
+                "payload_length": len(payload),
+                "payload_sha1": "sha1:" + hashlib.sha1(payload).hexdigest().upper(),
+                "payload_digest_declared": None,
+                "payload_digest_verified": None,
+                "warc_file": f"crawl-data/{CRAWL}/segments/{segment}/warc/x.warc.gz",
+                "warc_offset": 1000 * i,
+                "warc_length": 900,
+                "warc_version": "WARC/1.1",
+                "licence_basis": "cc-terms",
+                "ingested_at": NOW,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=RAW_WARC_RECORDS.arrow_schema)
 
 
@@ -144,7 +158,11 @@ def test_erasure_leaves_the_value_in_no_snapshot_and_no_file(tokenlake_home):
     second = erase_rows(table, victim, DR, refs=["runview-rv1"])
     assert second.rows_deleted == 0 and second.refs_removed == ("runview-rv1",)
     assert tagged in second.snapshots_expired
-    assert second.erased and second.blocking_refs == {} and set(second.matching_rows_by_snapshot) == {s.snapshot_id for s in table.snapshots()}
+    assert (
+        second.erased
+        and second.blocking_refs == {}
+        and set(second.matching_rows_by_snapshot) == {s.snapshot_id for s in table.snapshots()}
+    )
     assert find_bytes_in_files(warehouse, needles) == []
     assert not any(local(p).exists() for p in tagged_files - data_files(table))
     assert sorted_rows(table).equals(after)
@@ -155,8 +173,13 @@ def test_erasure_leaves_the_value_in_no_snapshot_and_no_file(tokenlake_home):
     # 3. a second run changes nothing
     snapshots, location = [s.snapshot_id for s in table.snapshots()], table.metadata_location
     third = erase_rows(table, victim, DR, refs=["runview-rv1"])
-    assert (third.rows_deleted, third.cleanup_snapshot_id, third.refs_removed, third.snapshots_expired,
-            third.files_removed) == (0, None, (), (), ())
+    assert (
+        third.rows_deleted,
+        third.cleanup_snapshot_id,
+        third.refs_removed,
+        third.snapshots_expired,
+        third.files_removed,
+    ) == (0, None, (), (), ())
     assert third.erased
     table.refresh()
     assert [s.snapshot_id for s in table.snapshots()] == snapshots and table.metadata_location == location
@@ -176,10 +199,24 @@ def test_tokens_removed_by_rematerialising_a_partition_are_gone_from_disk(tokenl
         out = []
         for i in keep:
             blob = np.asarray(ids[i], dtype="<u2").tobytes()
-            out.append({"tokenizer_id": tid, "doc_id": f"{i:032x}", "record_id": f"<urn:uuid:{uuid.UUID(int=i)}>",
-                        "deletion_key": deletion_key(docs[i][0]), "crawl": CRAWL, "segment": "s1", "tokens": blob,
-                        "token_dtype": "uint16", "n_tokens": len(ids[i]), "tokens_sha256": hashlib.sha256(blob).hexdigest(),
-                        "language": "en", "ppl_bucket": "middle", "host": "en.wikipedia.org", "domain_class": "org"})
+            out.append(
+                {
+                    "tokenizer_id": tid,
+                    "doc_id": f"{i:032x}",
+                    "record_id": f"<urn:uuid:{uuid.UUID(int=i)}>",
+                    "deletion_key": deletion_key(docs[i][0]),
+                    "crawl": CRAWL,
+                    "segment": "s1",
+                    "tokens": blob,
+                    "token_dtype": "uint16",
+                    "n_tokens": len(ids[i]),
+                    "tokens_sha256": hashlib.sha256(blob).hexdigest(),
+                    "language": "en",
+                    "ppl_bucket": "middle",
+                    "host": "en.wikipedia.org",
+                    "domain_class": "org",
+                }
+            )
         return pa.Table.from_pylist(out, schema=TOKENIZED_DOCUMENTS.arrow_schema)
 
     part = {"tokenizer_id": tid, "crawl": CRAWL, "segment": "s1"}
@@ -201,8 +238,12 @@ def test_tokens_removed_by_rematerialising_a_partition_are_gone_from_disk(tokenl
 def test_a_file_of_an_uncommitted_writer_is_swept_and_referenced_files_are_not(tokenlake_home, warehouse):
     if warehouse == "plain-path":
         tokenlake_home.mkdir(parents=True)
-        catalog = open_catalog(CatalogConfig("plain", {"type": "sql", "uri": f"sqlite:///{tokenlake_home}/c.db",
-                                                       "warehouse": str(tokenlake_home / "wh")}))
+        catalog = open_catalog(
+            CatalogConfig(
+                "plain",
+                {"type": "sql", "uri": f"sqlite:///{tokenlake_home}/c.db", "warehouse": str(tokenlake_home / "wh")},
+            )
+        )
         assert catalog.load_table(RAW).location().startswith("/")
     else:
         catalog = open_catalog()
@@ -270,8 +311,9 @@ def test_a_delete_snapshot_keeps_the_removed_files_bounds_until_its_delete_manif
     assert set(old_files) <= set(swept) and not any(local(p).exists() for p in old_files)
     assert count_matching_in_retained_snapshots(table, victim) == {table.current_snapshot().snapshot_id: 0}
     # ...but that DELETED entry still carries the old file's lower bound on target_uri
-    assert [p for p, _ in find_bytes_in_files(warehouse, [BOUND])] and \
-        all(p.endswith(".avro") for p, _ in find_bytes_in_files(warehouse, [BOUND]))
+    assert [p for p, _ in find_bytes_in_files(warehouse, [BOUND])] and all(
+        p.endswith(".avro") for p, _ in find_bytes_in_files(warehouse, [BOUND])
+    )
 
     rows = sorted_rows(table)
     assert drop_delete_manifests(table, DR) == table.current_snapshot().snapshot_id
@@ -288,7 +330,9 @@ def _writer_process(args) -> int:
     catalog = open_catalog(config)
     docs = articles(4)
     for i in range(n):
-        w = PartitionWriter(catalog, RAW, {"crawl": CRAWL, "segment": f"w{i}"}, catalog_fingerprint=config.fingerprint())
+        w = PartitionWriter(
+            catalog, RAW, {"crawl": CRAWL, "segment": f"w{i}"}, catalog_fingerprint=config.fingerprint()
+        )
         w.write(warc_rows(f"w{i}", docs))
         w.commit(prov(f"{CRAWL}/w{i}"))
     return n

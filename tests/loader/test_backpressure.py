@@ -102,6 +102,7 @@ def test_rss_bound_of_a_stalled_loader():
 
 # ---- metrics ------------------------------------------------------------------------------------------------
 
+
 class FakeClock:
     """A clock the test advances by hand, so rates are exact."""
 

@@ -17,8 +17,10 @@ from loader import checkpoint as ckpt
 
 def rank_state(rank: int, step: int) -> dict:
     """What a training rank would save: model weights and the loader's state."""
-    return {"model": {"w": torch.full((4, 3), float(rank * 100 + step))},
-            "loader": {"cursor": step * 8, "run_view_id": "rv-test", "rank": rank}}
+    return {
+        "model": {"w": torch.full((4, 3), float(rank * 100 + step))},
+        "loader": {"cursor": step * 8, "run_view_id": "rv-test", "rank": rank},
+    }
 
 
 def save_all(directory: Path, generation: int, world: int, attempt: str, ranks=None, timeout_s: float = 30.0):
@@ -27,8 +29,15 @@ def save_all(directory: Path, generation: int, world: int, attempt: str, ranks=N
 
     def one(rank):
         try:
-            return ckpt.save_generation(directory, generation, rank_state(rank, generation), rank=rank,
-                                        world_size=world, attempt=attempt, timeout_s=timeout_s)
+            return ckpt.save_generation(
+                directory,
+                generation,
+                rank_state(rank, generation),
+                rank=rank,
+                world_size=world,
+                attempt=attempt,
+                timeout_s=timeout_s,
+            )
         except ckpt.CheckpointError as exc:
             return exc
 
@@ -51,7 +60,7 @@ def test_generation_round_trip(tmp_path):
     leftovers = [p.name for p in tmp_path.rglob("*") if ".tmp-" in p.name]
     assert leftovers == []
     marker = json.loads((ckpt.generation_dir(tmp_path, 2) / ckpt.MARKER).read_text())
-    for rank, entry in marker["files"].items():
+    for entry in marker["files"].values():
         assert ckpt.file_sha256(ckpt.generation_dir(tmp_path, 2) / entry["file"]) == (entry["sha256"], entry["bytes"])
 
 
@@ -104,9 +113,15 @@ def test_corrupt_file_after_completion_is_detected_on_load(tmp_path):
     assert ckpt.latest_complete_generation(tmp_path, verify=True) == 1
 
 
-@pytest.mark.parametrize("content", [b"", b"{\"format\": \"tokenlake.checkpoint/1\"", b"[]",
-                                     b'{"format":"tokenlake.checkpoint/1","generation":1,"world_size":2,'
-                                     b'"files":{"0":{}}}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b'{"format": "tokenlake.checkpoint/1"',
+        b"[]",
+        b'{"format":"tokenlake.checkpoint/1","generation":1,"world_size":2,"files":{"0":{}}}',
+    ],
+)
 def test_partial_or_foreign_marker_counts_as_incomplete(tmp_path, content):
     save_all(tmp_path, 1, world=2, attempt="a1")
     (ckpt.generation_dir(tmp_path, 1) / ckpt.MARKER).write_bytes(content)
@@ -156,6 +171,7 @@ def test_prune_keeps_the_newest_complete_generations(tmp_path):
 
 # ---- torch.distributed (gloo) -----------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -183,8 +199,9 @@ def _dist_worker(rank: int, world: int, port: int, directory: str) -> None:
 
 def test_gloo_ranks_complete_generations_together(tmp_path):
     world = 2
-    mp.start_processes(_dist_worker, args=(world, free_port(), str(tmp_path)), nprocs=world, join=True,
-                       start_method="spawn")
+    mp.start_processes(
+        _dist_worker, args=(world, free_port(), str(tmp_path)), nprocs=world, join=True, start_method="spawn"
+    )
     markers = [json.loads((tmp_path / f"ok-{r}").read_text()) for r in range(world)]
     assert markers[0] == markers[1]
     assert ckpt.complete_generations(tmp_path) == [1, 2]

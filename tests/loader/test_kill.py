@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 WORLD = 2
 GLOBAL_BATCH = 4
@@ -39,6 +41,7 @@ BUCKETS = 1021  # the tiny model hashes token ids into this many embedding rows 
 
 
 # ---- the training process --------------------------------------------------------------------------------------
+
 
 def worker(args: argparse.Namespace) -> None:
     """One rank of the soak: train, log, checkpoint; resume from the latest complete generation if any."""
@@ -56,8 +59,15 @@ def worker(args: argparse.Namespace) -> None:
     torch.manual_seed(0)  # the same initial weights on every rank
     model = torch.nn.Sequential(torch.nn.EmbeddingBag(BUCKETS, 4, mode="sum"), torch.nn.Linear(4, 1))
     tokens_seen = torch.zeros((), dtype=torch.int64)
-    data = RunViewLoader(open_run_view(bundle=args.bundle), GLOBAL_BATCH, rank=rank, world_size=world, prefetch=2,
-                         max_steps=STEPS, metrics=LoaderMetrics())
+    data = RunViewLoader(
+        open_run_view(bundle=args.bundle),
+        GLOBAL_BATCH,
+        rank=rank,
+        world_size=world,
+        prefetch=2,
+        max_steps=STEPS,
+        metrics=LoaderMetrics(),
+    )
     gen = ckpt.latest_complete_generation(args.ckpt)
     if gen is not None:
         saved = ckpt.load(args.ckpt, gen, rank)
@@ -82,18 +92,29 @@ def worker(args: argparse.Namespace) -> None:
             for p in model.parameters():  # data parallel: average the gradients over ranks, plain SGD step
                 dist.all_reduce(p.grad)
                 p -= LR * p.grad / world  # (torch.optim would import torch._dynamo: seconds per process)
-        log.write(json.dumps({
-            "step": step, "epoch": batch["epoch"], "sample_indices": batch["sample_indices"],
-            "documents": batch["documents"], "input_sha256": hashlib.sha256(ids.numpy().tobytes()).hexdigest(),
-            "tokens_seen": int(tokens_seen), "loss": float(loss.detach())}) + "\n")
+        log.write(
+            json.dumps(
+                {
+                    "step": step,
+                    "epoch": batch["epoch"],
+                    "sample_indices": batch["sample_indices"],
+                    "documents": batch["documents"],
+                    "input_sha256": hashlib.sha256(ids.numpy().tobytes()).hexdigest(),
+                    "tokens_seen": int(tokens_seen),
+                    "loss": float(loss.detach()),
+                }
+            )
+            + "\n"
+        )
         log.flush()  # in the page cache: survives the SIGKILL
         if (step + 1) % EVERY == 0:
             g = (step + 1) // EVERY
             if rank == args.hang_rank and g == args.hang_before_generation:
                 Path(args.log).with_suffix(".hung").touch()
                 time.sleep(600)  # waits for the SIGKILL
-            ckpt.save_generation(args.ckpt, g, {"model": model.state_dict(), "tokens_seen": tokens_seen,
-                                                "loader": data.state_dict()})
+            ckpt.save_generation(
+                args.ckpt, g, {"model": model.state_dict(), "tokens_seen": tokens_seen, "loader": data.state_dict()}
+            )
     log.write(json.dumps({"done": data.global_step, "metrics": data.metrics.summary()}) + "\n")
     log.close()
     dist.destroy_process_group()
@@ -115,6 +136,7 @@ def main(argv: list[str]) -> None:
 
 # ---- the test ---------------------------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -127,8 +149,23 @@ def launch(tmp: Path, phase: str, bundle: Path, ckpt_dir: Path, **hang) -> list[
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     procs = []
     for rank in range(WORLD):
-        cmd = [sys.executable, __file__, "worker", "--rank", str(rank), "--world", str(WORLD), "--port", str(port),
-               "--bundle", str(bundle), "--ckpt", str(ckpt_dir), "--log", str(tmp / f"{phase}-rank{rank}.jsonl")]
+        cmd = [
+            sys.executable,
+            __file__,
+            "worker",
+            "--rank",
+            str(rank),
+            "--world",
+            str(WORLD),
+            "--port",
+            str(port),
+            "--bundle",
+            str(bundle),
+            "--ckpt",
+            str(ckpt_dir),
+            "--log",
+            str(tmp / f"{phase}-rank{rank}.jsonl"),
+        ]
         if hang:
             cmd += ["--hang-rank", str(hang["rank"]), "--hang-before-generation", str(hang["generation"])]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
@@ -183,6 +220,7 @@ def run_phases(tmp_path: Path, bundle: Path, control_dir: Path, soak_dir: Path, 
     finish(restart)
 
 
+@pytest.mark.slow  # a drill: two gloo ranks train, one is SIGKILLed, both restart (~12 s); CI runs it
 def test_sigkill_mid_epoch_then_restart_equals_control(tokenlake_home, tmp_path):
     import torch
 

@@ -62,8 +62,13 @@ def test_steps_serving_finds_exactly_the_served_spans(served):
     view, batches = served
     spe = (len(batches) - 1) // 2
     for doc_id in (view.doc_ids[0], view.doc_ids[17], view.doc_ids[-1]):
-        expected = sorted((b["epoch"], b["step"], pos, a, e) for b in batches[: 2 * spe]
-                          for pos, spans in enumerate(b["documents"]) for d, a, e in spans if d == doc_id)
+        expected = sorted(
+            (b["epoch"], b["step"], pos, a, e)
+            for b in batches[: 2 * spe]
+            for pos, spans in enumerate(b["documents"])
+            for d, a, e in spans
+            if d == doc_id
+        )
         got = steps_serving(view, doc_id, GLOBAL_BATCH, epochs=(0, 1))
         assert sorted((s.epoch, s.step, s.position_in_batch, s.token_start, s.token_end) for s in got) == expected
         assert {s.epoch for s in got} == {0, 1}
@@ -74,16 +79,24 @@ def test_steps_serving_finds_exactly_the_served_spans(served):
 def test_catalog_and_bundle_open_the_same_view(tmp_path):
     a = views.view("a")
     b = open_run_view(bundle=export_run_view(a.run_view_id, tmp_path / "b", catalog=views.catalog()))
-    assert (a.run_view_id, a.manifest_sha256, a.origin, b.origin) == (b.run_view_id, b.manifest_sha256, "catalog",
-                                                                      "bundle")
+    assert (a.run_view_id, a.manifest_sha256, a.origin, b.origin) == (
+        b.run_view_id,
+        b.manifest_sha256,
+        "catalog",
+        "bundle",
+    )
     assert np.array_equal(a.block_ids, b.block_ids) and a.samples.equals(b.samples)
     assert len(set(a.block_ids.tolist())) > 1  # real row groups of 8 documents -> several blocks
     toks_a, toks_b = a.source.read(range(a.n_samples)), b.source.read(range(b.n_samples))
-    assert all(torch.equal(torch.from_numpy(toks_a[s].astype(np.int64)), torch.from_numpy(toks_b[s].astype(np.int64)))
-               for s in range(a.n_samples))
+    assert all(
+        torch.equal(torch.from_numpy(toks_a[s].astype(np.int64)), torch.from_numpy(toks_b[s].astype(np.int64)))
+        for s in range(a.n_samples)
+    )
 
 
 def test_loader_imports_without_dagster():
-    code = ("import sys; sys.modules['dagster'] = None; import loader, loader.checkpoint; "
-            "assert 'dagster' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}")
+    code = (
+        "import sys; sys.modules['dagster'] = None; import loader, loader.checkpoint; "
+        "assert 'dagster' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

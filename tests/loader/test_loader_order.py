@@ -27,9 +27,15 @@ def order_digest() -> str:
 
 def test_golden_order_is_stable_across_processes_and_hash_seeds():
     assert order_digest() == GOLDEN
-    code = ("from tests.loader.test_loader_order import order_digest; print(order_digest())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": "12345"}, cwd=os.getcwd())
+    code = "from tests.loader.test_loader_order import order_digest; print(order_digest())"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        cwd=os.getcwd(),
+    )
     assert out.stdout.strip() == GOLDEN
 
 

@@ -31,7 +31,7 @@ def check_invariants(docs, seq_len, policy, extra_padding=0):
         for a, b in zip(cu[:-1], cu[1:]):
             assert np.array_equal(seq.position_ids[a:b], np.arange(b - a))
         n = sum(b - a for _, a, b in pieces)
-        assert np.array_equal(seq.input_ids[:n], stream[i * seq_len: i * seq_len + n])
+        assert np.array_equal(seq.input_ids[:n], stream[i * seq_len : i * seq_len + n])
         # padding: pad id, ignored label, no loss, segment -1
         assert np.all(seq.input_ids[n:] == EOS) and np.all(seq.labels[n:] == IGNORE_INDEX)
         assert np.all(seq.loss_mask[n:] == 0) and np.all(seq.segment_ids[n:] == -1)
@@ -50,8 +50,12 @@ def check_invariants(docs, seq_len, policy, extra_padding=0):
         assert np.array_equal(back[p], d.astype(np.int64))
 
 
-@given(docs=docs_strategy(), seq_len=st.integers(2, 50), policy=st.sampled_from(["masked", "allowed"]),
-       extra=st.integers(0, 2))
+@given(
+    docs=docs_strategy(),
+    seq_len=st.integers(2, 50),
+    policy=st.sampled_from(["masked", "allowed"]),
+    extra=st.integers(0, 2),
+)
 def test_packing_invariants_hold_for_any_documents(docs, seq_len, policy, extra):
     check_invariants(docs, seq_len, policy, extra)
 

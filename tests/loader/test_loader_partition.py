@@ -35,7 +35,7 @@ def test_reference_epoch_serves_every_token_of_every_sample_exactly_once(referen
             for (doc_id, a, e), s in zip(doc_spans, sidx):
                 assert view.doc_ids[s] == doc_id
                 served.setdefault(s, []).append((a, e))
-                tokens.setdefault(s, []).append(b["input_ids"][row, at: at + e - a].numpy())
+                tokens.setdefault(s, []).append(b["input_ids"][row, at : at + e - a].numpy())
                 at += e - a
     assert sorted(served) == list(range(view.n_samples))
     truth = view.source.read(range(view.n_samples))
@@ -58,8 +58,10 @@ def test_reference_epoch_serves_every_token_of_every_sample_exactly_once(referen
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
 def test_rank_and_worker_slices_are_disjoint_complete_and_world_independent(reference, world, num_workers):
     view, steps, ref = reference
-    per_rank = [run(RunViewLoader(view, GLOBAL_BATCH, rank=r, world_size=world, num_workers=num_workers,
-                                  max_steps=steps)) for r in range(world)]
+    per_rank = [
+        run(RunViewLoader(view, GLOBAL_BATCH, rank=r, world_size=world, num_workers=num_workers, max_steps=steps))
+        for r in range(world)
+    ]
     seen: set[tuple[int, int]] = set()
     for r, batches in enumerate(per_rank):
         assert [b["step"] for b in batches] == list(range(steps))
@@ -82,8 +84,13 @@ def test_real_gloo_ranks_take_rank_and_world_from_torch_distributed(reference, t
     view, steps, ref = reference
     world = 4
     # fork, not spawn: a child re-importing torch costs seconds per rank on a 2-core CI machine
-    mp.start_processes(views.gloo_worker, args=(world, _free_port(), str(views.bundle()), str(tmp_path), steps),
-                       nprocs=world, join=True, start_method="fork")
+    mp.start_processes(
+        views.gloo_worker,
+        args=(world, _free_port(), str(views.bundle()), str(tmp_path), steps),
+        nprocs=world,
+        join=True,
+        start_method="fork",
+    )
     outs = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
     assert all(o["total"] == steps * GLOBAL_BATCH * views.SEQ_LEN for o in outs)
     assert all(o["state"] == outs[0]["state"] for o in outs) and outs[0]["state"]["global_step"] == steps

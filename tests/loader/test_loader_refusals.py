@@ -37,25 +37,34 @@ def test_the_saved_state_loads_into_the_same_configuration(saved):
     assert data.global_step == 3
 
 
-@pytest.mark.parametrize(("make_loader", "error"), [
-    (lambda: RunViewLoader(views.view("b"), GLOBAL_BATCH), loader.RunViewMismatch),
-    (lambda: RunViewLoader(views.view("a"), GLOBAL_BATCH, seed=1), loader.SeedMismatch),
-    (lambda: RunViewLoader(views.view("a"), GLOBAL_BATCH, seq_len=128), loader.PackingMismatch),
-    (lambda: RunViewLoader(views.view("a"), GLOBAL_BATCH, cross_document_attention="allowed"), loader.PackingMismatch),
-    (lambda: RunViewLoader(views.view("a"), 12), loader.GlobalBatchSizeMismatch),
-])
+@pytest.mark.parametrize(
+    ("make_loader", "error"),
+    [
+        (lambda: RunViewLoader(views.view("b"), GLOBAL_BATCH), loader.RunViewMismatch),
+        (lambda: RunViewLoader(views.view("a"), GLOBAL_BATCH, seed=1), loader.SeedMismatch),
+        (lambda: RunViewLoader(views.view("a"), GLOBAL_BATCH, seq_len=128), loader.PackingMismatch),
+        (
+            lambda: RunViewLoader(views.view("a"), GLOBAL_BATCH, cross_document_attention="allowed"),
+            loader.PackingMismatch,
+        ),
+        (lambda: RunViewLoader(views.view("a"), 12), loader.GlobalBatchSizeMismatch),
+    ],
+)
 def test_a_state_from_another_configuration_is_refused(saved, make_loader, error):
     with pytest.raises(error) as e:
         make_loader().load_state_dict(saved)
     assert isinstance(e.value, loader.StateMismatch)
 
 
-@pytest.mark.parametrize(("change", "error", "named"), [
-    ({"tokenizer_id": "0" * 64}, loader.TokenizerMismatch, "0" * 64),
-    ({"manifest_sha256": "f" * 64}, loader.ManifestMismatch, "f" * 64),
-    ({"state_version": 99}, loader.StateVersionMismatch, "99"),
-    ({"order": "block-window/0"}, loader.StateVersionMismatch, "block-window/0"),
-])
+@pytest.mark.parametrize(
+    ("change", "error", "named"),
+    [
+        ({"tokenizer_id": "0" * 64}, loader.TokenizerMismatch, "0" * 64),
+        ({"manifest_sha256": "f" * 64}, loader.ManifestMismatch, "f" * 64),
+        ({"state_version": 99}, loader.StateVersionMismatch, "99"),
+        ({"order": "block-window/0"}, loader.StateVersionMismatch, "block-window/0"),
+    ],
+)
 def test_a_state_with_another_fingerprint_is_refused(saved, change, error, named):
     with pytest.raises(error, match=named):
         RunViewLoader(views.view("a"), GLOBAL_BATCH).load_state_dict(tampered(saved, **change))
@@ -84,7 +93,7 @@ def _provenance():
 def test_candidate_rejected_and_superseded_views_are_refused():
     from tests.run_view import builders
 
-    cat = views.catalog()
+    cat = views.handle()
     cand = builders.candidate(cat, name="loader-cand", seed=5, seq_len=views.SEQ_LEN)
     with pytest.raises(loader.RunViewNotPublished, match="candidate"):
         open_run_view(cand.run_view_id, catalog=cat)

@@ -104,8 +104,9 @@ def test_elastic_resume_onto_another_world_size(a, b):
         d = RunViewLoader(view, GLOBAL_BATCH, rank=r, world_size=b, max_steps=steps)
         d.load_state_dict(roundtrip(saved[0]))
         after.append(run(d))
-    served = [concat_ranks([x[k] for x in before]) for k in range(stop)] + \
-             [concat_ranks([x[k] for x in after]) for k in range(steps - stop)]
+    served = [concat_ranks([x[k] for x in before]) for k in range(stop)] + [
+        concat_ranks([x[k] for x in after]) for k in range(steps - stop)
+    ]
     consumed = [(g["step"], int(i)) for g in served for i in g["sequence_index"]]
     assert len(consumed) == len(set(consumed)) == steps * GLOBAL_BATCH  # nothing twice, nothing skipped
     assert all(same_global(x, y) for x, y in zip(served, ref, strict=True))
@@ -118,14 +119,22 @@ def test_torchdata_stateful_dataloader_resumes_each_worker_on_its_stride(referen
 
     view, steps, ref, _ = reference
     for workers in (0, 2):
-        loader = sdl.StatefulDataLoader(RunViewDataset(view, SMALL_BATCH, max_steps=steps), batch_size=None,
-                                        num_workers=workers, collate_fn=keep_batch)
+        loader = sdl.StatefulDataLoader(
+            RunViewDataset(view, SMALL_BATCH, max_steps=steps),
+            batch_size=None,
+            num_workers=workers,
+            collate_fn=keep_batch,
+        )
         it = iter(loader)
         head = [next(it) for _ in range(7)]
         state = loader.state_dict()
         del it
-        resumed = sdl.StatefulDataLoader(RunViewDataset(view, SMALL_BATCH, max_steps=steps), batch_size=None,
-                                         num_workers=workers, collate_fn=keep_batch)
+        resumed = sdl.StatefulDataLoader(
+            RunViewDataset(view, SMALL_BATCH, max_steps=steps),
+            batch_size=None,
+            num_workers=workers,
+            collate_fn=keep_batch,
+        )
         resumed.load_state_dict(state)
         served = head + list(resumed)
         assert [b["step"] for b in served] == list(range(steps)), workers

@@ -136,7 +136,7 @@ def test_consumer_wait_is_measured():
 def test_forgotten_prefetcher_stops_its_thread():
     source = CountingSource()
     pf = Prefetcher(source, 2)
-    wait_until(lambda: pf.blocked_puts >= 1)
+    wait_until(lambda: pf.blocked_puts >= 1)  # noqa: F821 (pf is deleted below, after the wait)
     thread = pf._thread
     del pf
     gc.collect()

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from iceberg_catalog import CatalogConfig, open_catalog
+from iceberg_catalog import CatalogConfig, Lakehouse, open_catalog
 
 GLOBAL_BATCH = 24  # divisible by every world size the issue names: 1, 2, 3, 4, 6, 8
 SEQ_LEN = 64
@@ -41,8 +41,13 @@ def lakehouse() -> dict:
     return {"home": home, "a": a, "b": b}
 
 
+def handle() -> Lakehouse:
+    """The shared lakehouse as a `Lakehouse` (no TOKENLAKE_HOME needed)."""
+    return Lakehouse(CatalogConfig.embedded(lakehouse()["home"]))
+
+
 def catalog():
-    """The shared lakehouse's catalog (no TOKENLAKE_HOME needed)."""
+    """The shared lakehouse's bare pyiceberg catalog: the loader also accepts one (it wraps it)."""
     return open_catalog(CatalogConfig.embedded(lakehouse()["home"]), create=False)
 
 
@@ -50,14 +55,14 @@ def catalog():
 def view(which: str = "a"):
     from loader import open_run_view
 
-    return open_run_view(lakehouse()[which], catalog=catalog())
+    return open_run_view(lakehouse()[which], catalog=handle())
 
 
 @lru_cache(maxsize=1)
 def bundle() -> Path:
     from loader import export_run_view
 
-    return export_run_view(lakehouse()["a"], lakehouse()["home"] / "bundle-a", catalog=catalog())
+    return export_run_view(lakehouse()["a"], lakehouse()["home"] / "bundle-a", catalog=handle())
 
 
 @lru_cache(maxsize=1)
@@ -87,8 +92,11 @@ TENSORS = ("input_ids", "labels", "loss_mask", "position_ids", "segment_ids", "s
 
 def same_batch(x: dict, y: dict) -> bool:
     """Bit-for-bit equality of two batches (tensors, audit spans, step)."""
-    return (x["step"] == y["step"] and x["documents"] == y["documents"]
-            and all(torch.equal(x[k], y[k]) for k in (*TENSORS, "cu_seqlens")))
+    return (
+        x["step"] == y["step"]
+        and x["documents"] == y["documents"]
+        and all(torch.equal(x[k], y[k]) for k in (*TENSORS, "cu_seqlens"))
+    )
 
 
 def concat_ranks(parts: list[dict]) -> dict:
@@ -115,8 +123,13 @@ def gloo_worker(rank: int, world: int, port: int, bundle_dir: str, out_dir: str,
         batches = run(data, steps)
         total = torch.tensor([sum(int(b["input_ids"].numel()) for b in batches)])
         dist.all_reduce(total)  # the ranks really talk to each other
-        torch.save({"batches": [{k: b[k] for k in (*TENSORS, "documents", "step", "rank", "world_size")}
-                                for b in batches], "state": data.state_dict(), "total": int(total)},
-                   Path(out_dir) / f"rank{rank}.pt")
+        torch.save(
+            {
+                "batches": [{k: b[k] for k in (*TENSORS, "documents", "step", "rank", "world_size")} for b in batches],
+                "state": data.state_dict(),
+                "total": int(total),
+            },
+            Path(out_dir) / f"rank{rank}.pt",
+        )
     finally:
         dist.destroy_process_group()

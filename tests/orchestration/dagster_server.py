@@ -25,7 +25,9 @@ def free_port() -> int:
 
 
 def graphql(port: int, query: str, variables: dict | None = None) -> dict:
-    r = requests.post(f"http://127.0.0.1:{port}/graphql", json={"query": query, "variables": variables or {}}, timeout=30)
+    r = requests.post(
+        f"http://127.0.0.1:{port}/graphql", json={"query": query, "variables": variables or {}}, timeout=30
+    )
     r.raise_for_status()
     body = r.json()
     assert "errors" not in body, body
@@ -43,16 +45,26 @@ def dagster_server(tmp_path: Path, command: str = "dagster-webserver", env_extra
     bin_dir = Path(sys.executable).parent
     args = [str(bin_dir / "dagster-webserver")] if command == "dagster-webserver" else [str(bin_dir / "dagster"), "dev"]
     log = open(tmp_path / f"{command}.log", "w")
-    proc = subprocess.Popen([*args, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], cwd=REPO, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [*args, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{command} exited with {proc.returncode}: {(tmp_path / f'{command}.log').read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{command} exited with {proc.returncode}: {(tmp_path / f'{command}.log').read_text()[-3000:]}"
+                )
             try:
                 if requests.get(f"http://127.0.0.1:{port}/server_info", timeout=2).ok:
-                    data = graphql(port, "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }")
+                    data = graphql(
+                        port, "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+                    )
                     entries = data["workspaceOrError"]["locationEntries"]
                     if entries and all(e["loadStatus"] == "LOADED" for e in entries):
                         break

@@ -5,15 +5,17 @@ from __future__ import annotations
 import shutil
 
 import dagster as dg
-from conftest import SAMPLE_CRAWL
 
-from orchestration.sensors import new_crawl_segments
+from assets.raw.defs import new_crawl_segments
 from resources import LocalCrawlSource
+
+from conftest import SAMPLE_CRAWL
 
 
 def tick(instance, root, cursor):
-    with dg.build_sensor_context(instance=instance, cursor=cursor,
-                                 resources={"crawl_source": LocalCrawlSource(root=str(root))}) as ctx:
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"crawl_source": LocalCrawlSource(root=str(root))}
+    ) as ctx:
         result = new_crawl_segments(ctx)
     if isinstance(result, dg.SkipReason):
         return [], [], cursor
@@ -40,7 +42,9 @@ def test_new_segment_is_requested_once(instance, crawl_root, tmp_path):
     assert requested == added == ["CC-MAIN-2024-22/1715971057216.39"]
     assert tick(instance, root, cursor)[0] == []
     assert sorted(instance.get_dynamic_partitions("crawl_segments")) == [
-        "CC-MAIN-2020-34/1596439738015.38", "CC-MAIN-2024-22/1715971057216.39"]
+        "CC-MAIN-2020-34/1596439738015.38",
+        "CC-MAIN-2024-22/1715971057216.39",
+    ]
 
 
 def test_segment_without_warc_dir_is_not_a_partition(instance, crawl_root):

@@ -27,8 +27,11 @@ mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename
 def test_sensor_can_be_turned_on_and_ticks(tmp_path):
     """What a user does in the UI: turn `new_crawl_segments` on, then see a successful tick with run keys."""
     with dagster_server(tmp_path, "dagster dev") as port:
-        sel = {"repositoryLocationName": "tokenlake", "repositoryName": "__repository__",
-               "sensorName": "new_crawl_segments"}
+        sel = {
+            "repositoryLocationName": "tokenlake",
+            "repositoryName": "__repository__",
+            "sensorName": "new_crawl_segments",
+        }
         assert graphql(port, START, {"s": sel})["startSensor"]["sensorState"]["status"] == "RUNNING"
         deadline = time.monotonic() + 120
         ticks = []
@@ -40,5 +43,8 @@ def test_sensor_can_be_turned_on_and_ticks(tmp_path):
         done = [t for t in ticks if t["status"] == "SUCCESS"]
         assert done, ticks
         assert sorted(done[-1]["runKeys"]) == [
-            "CC-MAIN-2020-34/1596439738015.38", "CC-MAIN-2024-22/1715971057216.39",
-            "LEGACY-ARCHIVES/heritrix-2008", "LEGACY-ARCHIVES/wget-2024"]
+            "CC-MAIN-2020-34/1596439738015.38",
+            "CC-MAIN-2024-22/1715971057216.39",
+            "LEGACY-ARCHIVES/heritrix-2008",
+            "LEGACY-ARCHIVES/wget-2024",
+        ]

@@ -105,9 +105,7 @@ def test_exact_copies_are_located_to_the_injected_words(injections, found):
 def test_near_matching_finds_the_edited_short_items_that_13_grams_miss(injections, items, indexes):
     ngram_index, near_index = indexes
     short = [
-        inj
-        for inj in injections
-        if inj.kind == "edited" and len(normalise_words(items[inj.item_index].text)) < 41
+        inj for inj in injections if inj.kind == "edited" and len(normalise_words(items[inj.item_index].text)) < 41
     ]
     by_near = [any(m.item_index == inj.item_index for m in near_index.find(inj.text)) for inj in short]
     by_ngram = [any(m.item_index == inj.item_index for m in ngram_index.find(inj.text)) for inj in short]
@@ -125,7 +123,7 @@ def test_false_positives_on_untouched_documents(documents, indexes, items):
         for m in matches:
             print(
                 f"\nfalse positive: document {k} [{m.char_start}:{m.char_end}] {m.kind} {m.score:.3f} "
-                f"{items[m.item_index].item_id}: {doc[m.char_start:m.char_end]!r:.300}"
+                f"{items[m.item_index].item_id}: {doc[m.char_start : m.char_end]!r:.300}"
             )
     print(f"\nfalse positives: {flagged} of {len(documents)} documents")
     assert flagged <= MAX_FALSE_POSITIVE_RATE * len(documents)

@@ -58,7 +58,19 @@ def test_normalise_words_lowercases_strips_punctuation_and_keeps_original_spans(
     norm = normalise_words(text)
     assert norm.words == ["janets", "ducks", "lay", "16", "eggs", "dont", "cafe", "au", "lait", "x", "y", "3", "5"]
     assert [text[s:e] for s, e in zip(norm.starts, norm.ends)] == [
-        "Janet\u2019s", "ducks", "lay", "16", "eggs", "DON'T", "café", "au", "lait", "x", "y", "3", "5"
+        "Janet\u2019s",
+        "ducks",
+        "lay",
+        "16",
+        "eggs",
+        "DON'T",
+        "café",
+        "au",
+        "lait",
+        "x",
+        "y",
+        "3",
+        "5",
     ]
     assert len(normalise_words(" \n.,;!? ")) == 0
 
@@ -99,7 +111,11 @@ def test_hashes_do_not_depend_on_pythonhashseed():
     )
     outputs = {
         subprocess.run(
-            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
         ).stdout
         for seed in ("1", "2")
@@ -111,11 +127,15 @@ def test_hashes_do_not_depend_on_pythonhashseed():
 
 
 def test_index_is_compact_and_reports_its_memory(ngram_index, items):
-    assert ngram_index.n == 13 and ngram_index.n_items == len(items)
+    assert ngram_index.n == 13 and len(ngram_index.ngram_counts) == len(items)
     assert np.all(ngram_index.hashes[:-1] <= ngram_index.hashes[1:])
     assert ngram_index.nbytes == (
-        ngram_index.hashes.nbytes + ngram_index.item_indexes.nbytes + ngram_index.ngram_counts.nbytes
-        + ngram_index.short_keys.nbytes + ngram_index.short_items.nbytes + ngram_index.short_full.nbytes
+        ngram_index.hashes.nbytes
+        + ngram_index.item_indexes.nbytes
+        + ngram_index.ngram_counts.nbytes
+        + ngram_index.short_keys.nbytes
+        + ngram_index.short_items.nbytes
+        + ngram_index.short_full.nbytes
         + ngram_index.short_lengths.nbytes
     )
     assert ngram_index.nbytes < 12 * len(ngram_index) + 8 * len(items)
@@ -218,7 +238,7 @@ def test_near_matching_skips_items_already_found(ngram_index, near_index, items,
 
 def test_near_index_covers_items_of_at_least_min_words(near_index, items):
     lengths = np.array([len(normalise_words(item.text)) for item in items])
-    assert near_index.n_items == len(items)
+    assert len(near_index.votes_needed) == len(items)
     assert not near_index.votes_needed[lengths < 8].any()
     assert near_index.n_matchable >= 0.999 * np.count_nonzero(lengths >= 8)
     assert near_index.nbytes > 0

@@ -7,15 +7,24 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow.compute as pc
-from conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_segments
-from warc_fixtures import AUT_0_17, bad_cases
 from warcio.archiveiterator import ArchiveIterator
 
-from iceberg_catalog import Provenance, open_catalog
+from assets.raw import defs as raw_defs
+from iceberg_catalog import Lakehouse, Provenance, open_catalog
+from iceberg_catalog.digest import table_digest
+from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
+from resources import IcebergCatalogResource, LocalCrawlSource, TaskExecutorResource
+
+from conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_segments
+from warc_fixtures import AUT_0_17, bad_cases
 
 
 def scan(catalog, ident, *cols):
-    return catalog.load_table(ident).scan(selected_fields=cols).to_arrow() if cols else catalog.load_table(ident).scan().to_arrow()
+    return (
+        catalog.load_table(ident).scan(selected_fields=cols).to_arrow()
+        if cols
+        else catalog.load_table(ident).scan().to_arrow()
+    )
 
 
 def warcio_responses(path: Path) -> int:
@@ -26,8 +35,18 @@ def warcio_responses(path: Path) -> int:
 def test_sample_crawl_rows_match_warcio_and_payload_digests(tokenlake_home, instance):
     materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS)
     catalog = open_catalog()
-    table = scan(catalog, "raw.warc_records", "warc_file", "record_id", "payload", "payload_sha1",
-                 "payload_digest_declared", "payload_digest_verified", "crawl", "segment")
+    table = scan(
+        catalog,
+        "raw.warc_records",
+        "warc_file",
+        "record_id",
+        "payload",
+        "payload_sha1",
+        "payload_digest_declared",
+        "payload_digest_verified",
+        "crawl",
+        "segment",
+    )
     per_file = Counter(Path(u).name for u in table["warc_file"].to_pylist())
     for path in sorted(SAMPLE_CRAWL.rglob("*.warc.gz")):
         assert per_file[path.name] == warcio_responses(path), path.name
@@ -81,3 +100,49 @@ def test_bad_input_partition_succeeds_and_accounts_for_every_record(tokenlake_ho
         assert rows[name] + sum(rejects.get(name, Counter()).values()) == c.records_in_file, name
     assert rows["99-aut-warc-0.17.warc.gz"] == 299 and "99-aut-warc-0.17.warc.gz" not in rejects
     assert all(r is not None for r in rej["reason"].to_pylist())
+
+
+class ReversedExecutor:
+    """Runs the plan backwards and returns results in completion order: a stand-in for a cluster whose tasks
+    finish in any order (the commit must not care)."""
+
+    def map(self, fn, tasks, progress=None):
+        return [fn(t) for t in reversed(tasks)]
+
+
+class ReversedExecutorResource(TaskExecutorResource):
+    def executor(self):
+        return ReversedExecutor()
+
+
+def test_raw_tables_do_not_depend_on_task_grouping_or_order(tmp_path, monkeypatch, instance, crawl_root):
+    """Bad files and good files in one segment: one task per file, all files in one task, and the plan run
+    backwards give identical raw tables (rows and rejects) and metadata counts."""
+    files = {f"{i:02d}-{c.name}.warc.gz": c.data for i, c in enumerate(bad_cases())}
+    files.update({p.name: p for p in sorted(SAMPLE_CRAWL.rglob("wget-2024/warc/*.warc.gz"))})
+    root = crawl_root({"MIXED/seg-1": files})
+    instance.add_dynamic_partitions("crawl_segments", ["MIXED/seg-1"])
+    digests, counts = [], []
+    for n, (per_task, executor) in enumerate(
+        ((1, TaskExecutorResource()), (len(files), TaskExecutorResource()), (2, ReversedExecutorResource()))
+    ):
+        monkeypatch.setenv("TOKENLAKE_HOME", str(tmp_path / f"home{n}"))
+        lakehouse = Lakehouse()
+        res = dg.materialize(
+            list(raw_defs.defs.assets),
+            partition_key="MIXED/seg-1",
+            instance=instance,
+            resources={
+                "catalog": IcebergCatalogResource(),
+                "executor": executor,
+                "crawl_source": LocalCrawlSource(root=str(root)),
+            },
+            run_config={"ops": {"raw_warc_ingest": {"config": {"files_per_task": per_task}}}},
+        )
+        meta = res.asset_materializations_for_node("raw_warc_ingest")[0].metadata
+        assert meta["tasks"].value == -(-len(files) // per_task)
+        counts.append((meta["dagster/row_count"].value, meta["records_by_type"].value))
+        digests.append([table_digest(lakehouse, t) for t in (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS)])
+    assert digests[0] == digests[1] == digests[2]
+    assert counts[0] == counts[1] == counts[2]
+    assert digests[0][0]["rows"] > 0 and digests[0][1]["rows"] > 0

@@ -5,19 +5,20 @@ from __future__ import annotations
 import hashlib
 import io
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from warc_fixtures import AUT_0_17, bad_cases
 from warcio.archiveiterator import ArchiveIterator
 
 from assets.raw.urls import deletion_key
 from assets.raw.warc_reader import FileStats, ReadContext, digest_matches, payload_sha1, read_warc
 
+from warc_fixtures import AUT_0_17, bad_cases
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_FILES = sorted((REPO / "data" / "sample_crawl").rglob("*.warc.gz"))
-CTX = ReadContext("CRAWL", "SEG", "test licence", datetime(2026, 1, 1, tzinfo=timezone.utc))
+CTX = ReadContext("CRAWL", "SEG", "test licence", datetime(2026, 1, 1, tzinfo=UTC))
 
 
 def _read(data: bytes, name: str = "f.warc.gz"):

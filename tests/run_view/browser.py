@@ -17,9 +17,17 @@ from tests.orchestration.dagster_server import graphql
 CHROMIUM = Path("/usr/bin/chromium")
 # Cheap protection on closed CI networks: no background fetches, no sandbox (CI runs as root),
 # no /dev/shm reliance (the Debian wrapper fails to detect a small /dev/shm and never adds the flag itself).
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 RUN_URL = re.compile(r".*/runs/([0-9a-f-]{36})$")
 RUN_STATUS = "query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
 FINAL = {"SUCCESS", "FAILURE", "CANCELED"}
@@ -46,8 +54,9 @@ def wait_for_run(port: int, run_id: str, timeout_s: float = 300) -> str:
         time.sleep(0.5)
 
 
-def launch_from_launchpad(port: int, location: str, job: str, config_yaml: str, screenshot: Path,
-                          timeout_s: float = 300) -> tuple[str, str]:
+def launch_from_launchpad(
+    port: int, location: str, job: str, config_yaml: str, screenshot: Path, timeout_s: float = 300
+) -> tuple[str, str]:
     """Open `job`'s Launchpad, set `config_yaml`, click Launch Run, wait until the run ends and its page shows
     the final status, save a full-page PNG to `screenshot`; return (run_id, status). When a step fails, the
     page is saved as `<screenshot stem>-failed.png` and the browser's console errors are added to the error."""

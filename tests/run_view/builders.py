@@ -1,17 +1,16 @@
 """Build a small real lakehouse with a published run view, fast, without running the WARC pipeline.
 
-Real pieces: the embedded Iceberg catalog under TOKENLAKE_HOME, real Wikipedia text (data/corpus), the real
-GPT-2 tokenizer, the project's PartitionWriter, the run view store's candidate/check/decide code. What is
-skipped is extraction and filtering: the documents are written to curated.documents as kept, in two crawl
-segments, with mixture labels, so loader and governance tests get a published view in a few seconds.
+Real pieces: the embedded Iceberg catalog under TOKENLAKE_HOME (a `Lakehouse`), real Wikipedia text
+(data/corpus), the real GPT-2 tokenizer, the lakehouse's writer, the run view store's candidate/check/decide
+code. What is skipped is extraction and filtering: the documents are written to curated.documents as kept, in
+two crawl segments, with mixture labels, so loader and governance tests get a published view in a few seconds.
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
 import lzma
-
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,7 +19,15 @@ import pyarrow as pa
 from assets.run_view import store
 from assets.run_view.mixture import Component
 from assets.tokenized.tokens import encode_documents, load_tokenizer, tokens_checksum
-from iceberg_catalog import TABLES, PartitionWriter, Provenance, open_catalog
+from iceberg_catalog import TABLES, Lakehouse, Provenance, TableDef
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    QUARANTINE_EVAL_ITEMS,
+    QUARANTINE_MATCHES,
+    QUARANTINE_SCREENINGS,
+    TOKENIZED_DOCUMENTS,
+    TOKENIZED_TOKENIZERS,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -41,22 +48,44 @@ def provenance(asset_key: str, run_id: str = "test-run") -> Provenance:
     return Provenance(asset_key, None, run_id, "test", "test")
 
 
-def _write(catalog, ident: str, partition: dict, rows: list[dict], row_group_rows: int | None = None) -> int:
-    writer = PartitionWriter(catalog, ident, partition, row_group_rows=row_group_rows)
+def _write(
+    lakehouse: Lakehouse, t: TableDef | str, partition: dict, rows: list[dict], row_group_rows: int | None = None
+) -> int:
+    t = TABLES[t] if isinstance(t, str) else t
+    writer = lakehouse.writer(t, partition, row_group_rows=row_group_rows)
     if rows:
-        writer.write(pa.Table.from_pylist(rows, schema=TABLES[ident].arrow_schema))
-    return writer.commit(Provenance(ident, None, "test-run", "test", "test")).snapshot_id
+        writer.write(pa.Table.from_pylist(rows, schema=t.arrow_schema))
+    return writer.commit(Provenance(t.identifier, None, "test-run", "test", "test")).snapshot_id
 
 
-def write_documents(catalog, n_docs: int = 60, docs_per_row_group: int = 8, first: int = 0,
-                    segments=SEGMENTS, max_chars: int | None = 1500) -> list[dict]:
+def write_documents(
+    lakehouse: Lakehouse,
+    n_docs: int = 60,
+    docs_per_row_group: int = 8,
+    first: int = 0,
+    segments=SEGMENTS,
+    max_chars: int | None = 1500,
+) -> list[dict]:
     """Tokenize `n_docs` real paragraphs (from paragraph `first`) into curated + tokenized tables, spread over
     `segments` round-robin; returns the documents (doc_id, segment, n_tokens, text, url)."""
     lt = load_tokenizer(GPT2, "gpt2")
     info = lt.info
-    _write(catalog, "tokenized.tokenizers", {"tokenizer_id": info.tokenizer_id}, [{
-        "tokenizer_id": info.tokenizer_id, "name": "gpt2", "vocab_size": info.vocab_size, "eos_id": info.eos_id,
-        "bos_id": info.bos_id, "token_dtype": info.token_dtype, "tokenizer_json": lt.json_text}])
+    _write(
+        lakehouse,
+        TOKENIZED_TOKENIZERS,
+        {"tokenizer_id": info.tokenizer_id},
+        [
+            {
+                "tokenizer_id": info.tokenizer_id,
+                "name": "gpt2",
+                "vocab_size": info.vocab_size,
+                "eos_id": info.eos_id,
+                "bos_id": info.bos_id,
+                "token_dtype": info.token_dtype,
+                "tokenizer_json": lt.json_text,
+            }
+        ],
+    )
     texts = [p[:max_chars] if max_chars else p for p in paragraphs()[first : first + n_docs]]
     if len(texts) < n_docs:
         raise ValueError(f"only {len(texts)} paragraphs available from {first}, asked for {n_docs}")
@@ -66,73 +95,144 @@ def write_documents(catalog, n_docs: int = 60, docs_per_row_group: int = 8, firs
         crawl, segment = segments[i % len(segments)].split("/")
         url = f"https://en.wikipedia.org/wiki/p{first + i}"
         doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
-        docs.append({"doc_id": doc_id, "record_id": f"<urn:uuid:{doc_id}>",
-                     "deletion_key": hashlib.sha256(url.encode()).hexdigest(), "crawl": crawl, "segment": segment,
-                     "url": url, "text": text, "tokens": arr.tobytes(), "n_tokens": len(arr),
-                     "ppl_bucket": ("head", "middle", "tail")[i % 3], "host": "en.wikipedia.org"})
+        docs.append(
+            {
+                "doc_id": doc_id,
+                "record_id": f"<urn:uuid:{doc_id}>",
+                "deletion_key": hashlib.sha256(url.encode()).hexdigest(),
+                "crawl": crawl,
+                "segment": segment,
+                "url": url,
+                "text": text,
+                "tokens": arr.tobytes(),
+                "n_tokens": len(arr),
+                "ppl_bucket": ("head", "middle", "tail")[i % 3],
+                "host": "en.wikipedia.org",
+            }
+        )
     for key in segments:
         crawl, segment = key.split("/")
         part = [d for d in docs if (d["crawl"], d["segment"]) == (crawl, segment)]
-        _write(catalog, "curated.documents", {"crawl": crawl, "segment": segment}, [
-            {**{k: d[k] for k in ("doc_id", "record_id", "deletion_key", "crawl", "segment", "url", "text")},
-             "kept": True, "language": "en", "ppl_bucket": d["ppl_bucket"]} for d in part])
-        _write(catalog, "tokenized.documents", {"tokenizer_id": info.tokenizer_id, "crawl": crawl, "segment": segment},
-               [{"tokenizer_id": info.tokenizer_id, **{k: d[k] for k in ("doc_id", "record_id", "deletion_key", "crawl",
-                                                                         "segment", "tokens", "n_tokens")},
-                 "token_dtype": info.token_dtype, "tokens_sha256": tokens_checksum(d["tokens"]), "language": "en",
-                 "ppl_bucket": d["ppl_bucket"], "host": d["host"], "domain_class": "org"} for d in part],
-               row_group_rows=docs_per_row_group)
+        _write(
+            lakehouse,
+            CURATED_DOCUMENTS,
+            {"crawl": crawl, "segment": segment},
+            [
+                {
+                    **{k: d[k] for k in ("doc_id", "record_id", "deletion_key", "crawl", "segment", "url", "text")},
+                    "kept": True,
+                    "language": "en",
+                    "ppl_bucket": d["ppl_bucket"],
+                }
+                for d in part
+            ],
+        )
+        _write(
+            lakehouse,
+            TOKENIZED_DOCUMENTS,
+            {"tokenizer_id": info.tokenizer_id, "crawl": crawl, "segment": segment},
+            [
+                {
+                    "tokenizer_id": info.tokenizer_id,
+                    **{
+                        k: d[k]
+                        for k in ("doc_id", "record_id", "deletion_key", "crawl", "segment", "tokens", "n_tokens")
+                    },
+                    "token_dtype": info.token_dtype,
+                    "tokens_sha256": tokens_checksum(d["tokens"]),
+                    "language": "en",
+                    "ppl_bucket": d["ppl_bucket"],
+                    "host": d["host"],
+                    "domain_class": "org",
+                }
+                for d in part
+            ],
+            row_group_rows=docs_per_row_group,
+        )
     return docs
 
 
-def screen(catalog, segments=SEGMENTS) -> None:
+def screen(lakehouse: Lakehouse, segments=SEGMENTS) -> None:
     """Register one benchmark item and record that every segment was screened with no match, as the
     quarantine/matches asset does: an empty quarantine.matches partition and a quarantine.screenings row."""
-    _write(catalog, "quarantine.eval_items", {"benchmark": BENCHMARK}, [{
-        "benchmark": BENCHMARK, "split": "test", "item_id": "0",
-        "text": "an evaluation item that appears in no document of the test corpus", "n_words": 12}])
+    _write(
+        lakehouse,
+        QUARANTINE_EVAL_ITEMS,
+        {"benchmark": BENCHMARK},
+        [
+            {
+                "benchmark": BENCHMARK,
+                "split": "test",
+                "item_id": "0",
+                "text": "an evaluation item that appears in no document of the test corpus",
+                "n_words": 12,
+            }
+        ],
+    )
     for key in segments:
         crawl, segment = key.split("/")
         part = {"benchmark": BENCHMARK, "crawl": crawl, "segment": segment}
-        _write(catalog, "quarantine.matches", part, [])
-        _write(catalog, "quarantine.screenings", part, [{
-            **part, "documents_checked": 1, "contaminated_documents": 0, "matches": 0,
-            "screened_at": datetime.now(timezone.utc), "dagster_run_id": "test-run"}])
+        _write(lakehouse, QUARANTINE_MATCHES, part, [])
+        _write(
+            lakehouse,
+            QUARANTINE_SCREENINGS,
+            part,
+            [
+                {
+                    **part,
+                    "documents_checked": 1,
+                    "contaminated_documents": 0,
+                    "matches": 0,
+                    "screened_at": datetime.now(UTC),
+                    "dagster_run_id": "test-run",
+                }
+            ],
+        )
 
 
-def run_checks(catalog, run_view_id: str) -> dict[str, bool]:
+def run_checks(lakehouse: Lakehouse, run_view_id: str) -> dict[str, bool]:
     """The four blocking checks, evaluated with the same functions the asset checks call."""
-    row = store.load_manifest(catalog, run_view_id)
+    row = store.load_manifest(lakehouse, run_view_id)
     m = row["manifest"]
-    return {"non_empty": not store.check_non_empty(m),
-            "checksums_verified": not store.check_checksums(catalog, run_view_id, m)[1],
-            "shares_within_tolerance": not store.check_shares(m),
-            "quarantine_clean": not store.check_quarantine(catalog, run_view_id, m)}
+    return {
+        "non_empty": not store.check_non_empty(m),
+        "checksums_verified": not store.check_checksums(lakehouse, run_view_id, m)[1],
+        "shares_within_tolerance": not store.check_shares(m),
+        "quarantine_clean": not store.check_quarantine(lakehouse, run_view_id, m),
+    }
 
 
 def spec(name: str = "test", seed: int = 0, seq_len: int = 64, components=None, **kw) -> store.RunViewSpec:
-    return store.RunViewSpec(name=name, tokenizer="gpt2", seed=seed, seq_len=seq_len,
-                             components=components or [Component("all", 1.0)], **kw)
+    return store.RunViewSpec(
+        name=name, tokenizer="gpt2", seed=seed, seq_len=seq_len, components=components or [Component("all", 1.0)], **kw
+    )
 
 
-def candidate(catalog, **spec_kw) -> store.CandidateResult:
-    return store.build_candidate(catalog, spec(**spec_kw), provenance("run_view/candidate"))
+def candidate(lakehouse: Lakehouse, **spec_kw) -> store.CandidateResult:
+    return store.build_candidate(lakehouse, spec(**spec_kw), provenance("run_view/candidate"))
 
 
-def publish(catalog, result: store.CandidateResult, reviewer: str = "test-reviewer") -> dict:
-    return store.decide(catalog, result.run_view_id, result.manifest_sha256, reviewer, "approve", "ok",
-                        run_checks(catalog, result.run_view_id), provenance("run_view/manifests"))
+def publish(lakehouse: Lakehouse, result: store.CandidateResult, reviewer: str = "test-reviewer") -> dict:
+    return store.decide(
+        lakehouse,
+        result.run_view_id,
+        result.manifest_sha256,
+        reviewer,
+        "approve",
+        "ok",
+        run_checks(lakehouse, result.run_view_id),
+        provenance("run_view/manifests"),
+    )
 
 
-def published_view(n_docs: int = 60, seq_len: int = 64, seed: int = 0, docs_per_row_group: int = 8,
-                   name: str = "test", **spec_kw) -> str:
+def published_view(
+    n_docs: int = 60, seq_len: int = 64, seed: int = 0, docs_per_row_group: int = 8, name: str = "test", **spec_kw
+) -> str:
     """In the current TOKENLAKE_HOME: documents, screening, a candidate, approval. Returns the run view id."""
-    catalog = open_catalog()
-    if catalog.load_table("tokenized.documents").current_snapshot() is None:
-        write_documents(catalog, n_docs=n_docs, docs_per_row_group=docs_per_row_group)
-        screen(catalog)
-    result = candidate(catalog, name=name, seed=seed, seq_len=seq_len, **spec_kw)
-    publish(catalog, result)
+    lakehouse = Lakehouse()
+    if lakehouse.snapshot_id(TOKENIZED_DOCUMENTS) is None:
+        write_documents(lakehouse, n_docs=n_docs, docs_per_row_group=docs_per_row_group)
+        screen(lakehouse)
+    result = candidate(lakehouse, name=name, seed=seed, seq_len=seq_len, **spec_kw)
+    publish(lakehouse, result)
     return result.run_view_id
-
-

@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from assets.run_view import store
-from assets.run_view.manifest import tag_name
-from iceberg_catalog import open_catalog
+from iceberg_catalog import TABLES, Lakehouse
+from iceberg_catalog.run_view_contract import tag_name
+from iceberg_catalog.schemas import RUN_VIEW_SAMPLES
 from tests.orchestration.dagster_server import dagster_server, graphql
 from tests.run_view.browser import launch_from_launchpad, missing_browser
 
@@ -42,8 +43,14 @@ def run_demo(tokenlake_home: Path, dagster_home: Path, log: Path) -> None:
     env = {**os.environ, "TOKENLAKE_HOME": str(tokenlake_home), "DAGSTER_HOME": str(dagster_home)}
     env.pop("TOKENLAKE_CATALOG", None)
     with open(log, "w") as out:
-        proc = subprocess.run([sys.executable, "-m", "orchestration.demo"], cwd=REPO, env=env, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestration.demo"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
     assert proc.returncode == 0, f"make demo failed ({proc.returncode}):\n{log.read_text()[-4000:]}"
 
 
@@ -72,20 +79,26 @@ def test_reviewer_publishes_the_demo_candidate_from_the_launchpad(tmp_path, toke
     dagster_home = tmp_path / "dagster"
     run_demo(tokenlake_home, dagster_home, tmp_path / "demo.log")
 
-    catalog = open_catalog()
-    candidates = [r for r in store.list_run_views(catalog) if r["status"] == "candidate"]
+    lakehouse = Lakehouse()
+    candidates = [r for r in store.list_run_views(lakehouse) if r["status"] == "candidate"]
     assert len(candidates) == 1, candidates
     rv_id = candidates[0]["run_view_id"]
-    before = store.load_manifest(catalog, rv_id)
-    config = {"run_view_id": rv_id, "manifest_sha256": before["manifest_sha256"], "reviewer": REVIEWER,
-              "decision": "approve", "comment": COMMENT}
+    before = store.load_manifest(lakehouse, rv_id)
+    config = {
+        "run_view_id": rv_id,
+        "manifest_sha256": before["manifest_sha256"],
+        "reviewer": REVIEWER,
+        "decision": "approve",
+        "comment": COMMENT,
+    }
 
     server_dir = tmp_path / "server"
     server_dir.mkdir()
     png = tmp_path / "publish_run_view.png"
     # The server must serve the demo's instance: the gate reads the candidate's check results from it.
-    with dagster_server(server_dir, "dagster dev", env_extra={"DAGSTER_HOME": str(dagster_home),
-                                                             "TOKENLAKE_HOME": str(tokenlake_home)}) as port:
+    with dagster_server(
+        server_dir, "dagster dev", env_extra={"DAGSTER_HOME": str(dagster_home), "TOKENLAKE_HOME": str(tokenlake_home)}
+    ) as port:
         try:
             run_id, status = launch_from_launchpad(port, "tokenlake", "publish_run_view", launchpad_yaml(config), png)
         finally:
@@ -104,8 +117,8 @@ def test_reviewer_publishes_the_demo_candidate_from_the_launchpad(tmp_path, toke
     assert (meta["run_view_id"], meta["status"], meta["reviewer"]) == (rv_id, "published", REVIEWER)
 
     # Iceberg: the manifest row is published by that reviewer through that run; the frozen manifest is unchanged.
-    catalog = open_catalog()
-    after = store.load_manifest(catalog, rv_id)
+    lakehouse = Lakehouse()
+    after = store.load_manifest(lakehouse, rv_id)
     assert (after["status"], after["reviewer"], after["decision_comment"]) == ("published", REVIEWER, COMMENT)
     assert after["decided_by_run_id"] == run_id and after["decided_at"] is not None
     assert (after["manifest_sha256"], after["manifest_json"]) == (before["manifest_sha256"], before["manifest_json"])
@@ -114,9 +127,9 @@ def test_reviewer_publishes_the_demo_candidate_from_the_launchpad(tmp_path, toke
     pinned = {ident: sid for ident, sid in after["manifest"]["inputs"].items() if sid is not None}
     assert "tokenized.documents" in pinned
     for ident, sid in pinned.items():
-        assert catalog.load_table(ident).snapshot_by_name(tag).snapshot_id == sid, ident
-    samples_snap = catalog.load_table("run_view.samples").snapshot_by_name(tag).snapshot_id
-    assert store.read_samples(catalog, rv_id, samples_snap).num_rows == after["n_samples"] > 0
+        assert lakehouse.table(TABLES[ident]).snapshot_by_name(tag).snapshot_id == sid, ident
+    samples_snap = lakehouse.table(RUN_VIEW_SAMPLES).snapshot_by_name(tag).snapshot_id
+    assert store.read_samples(lakehouse, rv_id, samples_snap).num_rows == after["n_samples"] > 0
 
     # The screenshot shows the run page after the run ended (what a reviewer sees).
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,8 +8,9 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from assets.run_view import store
-from assets.run_view.manifest import tag_name
-from iceberg_catalog import open_catalog
+from iceberg_catalog import Lakehouse
+from iceberg_catalog.run_view_contract import tag_name
+from iceberg_catalog.schemas import RUN_VIEW_SAMPLES, TABLES, TOKENIZED_DOCUMENTS
 from tests.run_view import builders
 
 
@@ -31,13 +32,25 @@ def candidate_metadata(result: dg.ExecuteInProcessResult) -> dict:
     return {k: v.value for k, v in mat.metadata.items()}
 
 
-def decide(instance, run_view_id: str, sha: str, reviewer: str = "alice", decision: str = "approve",
-           comment: str = "looks right") -> dg.ExecuteInProcessResult:
+def decide(
+    instance,
+    run_view_id: str,
+    sha: str,
+    reviewer: str = "alice",
+    decision: str = "approve",
+    comment: str = "looks right",
+) -> dg.ExecuteInProcessResult:
     job = _defs().resolve_job_def("publish_run_view")
-    cfg = {"run_view_id": run_view_id, "manifest_sha256": sha, "reviewer": reviewer, "decision": decision,
-           "comment": comment}
-    return job.execute_in_process(instance=instance, run_config={"ops": {"decide_run_view": {"config": cfg}}},
-                                  raise_on_error=False)
+    cfg = {
+        "run_view_id": run_view_id,
+        "manifest_sha256": sha,
+        "reviewer": reviewer,
+        "decision": decision,
+        "comment": comment,
+    }
+    return job.execute_in_process(
+        instance=instance, run_config={"ops": {"decide_run_view": {"config": cfg}}}, raise_on_error=False
+    )
 
 
 def refusal(result: dg.ExecuteInProcessResult) -> str:
@@ -47,11 +60,11 @@ def refusal(result: dg.ExecuteInProcessResult) -> str:
 
 
 @pytest.fixture
-def lakehouse(tokenlake_home):
-    catalog = open_catalog()
-    builders.write_documents(catalog, n_docs=30)
-    builders.screen(catalog)
-    return catalog
+def lakehouse(lakehouse):
+    """The fresh lakehouse (conftest) with 30 documents in two screened segments."""
+    builders.write_documents(lakehouse, n_docs=30)
+    builders.screen(lakehouse)
+    return lakehouse
 
 
 def test_candidate_checks_pass_then_approve_tags_every_input(lakehouse, instance):
@@ -70,8 +83,8 @@ def test_candidate_checks_pass_then_approve_tags_every_input(lakehouse, instance
     assert row["decided_at"] is not None and row["decided_by_run_id"] == out.run_id
     for ident, sid in row["manifest"]["inputs"].items():
         if sid is not None:
-            assert lakehouse.load_table(ident).metadata.refs[tag_name(rv_id)].snapshot_id == sid
-    assert tag_name(rv_id) in lakehouse.load_table("run_view.samples").metadata.refs
+            assert lakehouse.table(TABLES[ident]).metadata.refs[tag_name(rv_id)].snapshot_id == sid
+    assert tag_name(rv_id) in lakehouse.table(RUN_VIEW_SAMPLES).metadata.refs
 
     # published is final: approving again, or rejecting, is refused
     assert "AlreadyDecided" in refusal(decide(instance, rv_id, sha, reviewer="bob"))
@@ -93,8 +106,9 @@ def test_refuses_unknown_id_stale_hash_bad_decision_and_blank_reviewer(lakehouse
 def test_refuses_a_candidate_whose_checks_failed_or_never_ran(lakehouse, instance):
     # a segment that was never screened against the registered benchmark: quarantine_clean fails
     builders.write_documents(lakehouse, n_docs=6, first=40, segments=("TEST-CRAWL/unscreened",))
-    res = materialize_candidate(instance, name="gate",
-                                components=[{"name": "new", "weight": 1.0, "filters": {"segment": ["unscreened"]}}])
+    res = materialize_candidate(
+        instance, name="gate", components=[{"name": "new", "weight": 1.0, "filters": {"segment": ["unscreened"]}}]
+    )
     assert not res.success  # a blocking check failed
     checks = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert checks["quarantine_clean"] is False and checks["non_empty"] is True
@@ -111,43 +125,48 @@ def test_refuses_a_candidate_whose_checks_failed_or_never_ran(lakehouse, instanc
 
 def test_reject_records_the_reason_and_is_final(lakehouse, instance):
     md = candidate_metadata(materialize_candidate(instance, name="gate", seed=3))
-    out = decide(instance, md["run_view_id"], md["manifest_sha256"], reviewer="carol", decision="reject",
-                 comment="too much wiki")
+    out = decide(
+        instance, md["run_view_id"], md["manifest_sha256"], reviewer="carol", decision="reject", comment="too much wiki"
+    )
     assert out.success
     row = store.load_manifest(lakehouse, md["run_view_id"])
     assert (row["status"], row["reviewer"], row["decision_comment"]) == ("rejected", "carol", "too much wiki")
-    assert tag_name(md["run_view_id"]) not in lakehouse.load_table("tokenized.documents").metadata.refs
+    assert tag_name(md["run_view_id"]) not in lakehouse.table(TOKENIZED_DOCUMENTS).metadata.refs
     assert "AlreadyDecided" in refusal(decide(instance, md["run_view_id"], md["manifest_sha256"]))
 
 
 def test_published_rows_stay_readable_by_snapshot_after_inputs_are_rematerialised(tokenlake_home):
     rv_id = builders.published_view(n_docs=24)
-    catalog = open_catalog()
-    row = store.load_manifest(catalog, rv_id)
+    lakehouse = Lakehouse()
+    row = store.load_manifest(lakehouse, rv_id)
     pinned = row["manifest"]["inputs"]["tokenized.documents"]
-    before = catalog.load_table("tokenized.documents").scan(snapshot_id=pinned).to_arrow().sort_by("doc_id")
+    before = lakehouse.scan_at(TOKENIZED_DOCUMENTS, pinned).sort_by("doc_id")
     # re-materialise every source partition with other documents: the current table no longer holds the view's
-    builders.write_documents(catalog, n_docs=24, first=100)
-    now = catalog.load_table("tokenized.documents")
-    current_ids = set(now.scan(selected_fields=("doc_id",)).to_arrow()["doc_id"].to_pylist())
-    view_ids = set(store.read_samples(catalog, rv_id)["doc_id"].to_pylist())
+    builders.write_documents(lakehouse, n_docs=24, first=100)
+    now = lakehouse.table(TOKENIZED_DOCUMENTS)
+    current_ids = set(lakehouse.scan(TOKENIZED_DOCUMENTS, ("doc_id",))["doc_id"].to_pylist())
+    view_ids = set(store.read_samples(lakehouse, rv_id)["doc_id"].to_pylist())
     assert not view_ids & current_ids
     by_tag = now.snapshot_by_name(tag_name(rv_id))
     assert by_tag.snapshot_id == pinned
-    after = now.scan(snapshot_id=by_tag.snapshot_id).to_arrow().sort_by("doc_id")
+    after = lakehouse.scan_at(TOKENIZED_DOCUMENTS, by_tag.snapshot_id).sort_by("doc_id")
     assert after.equals(before)
-    verified, problems = store.check_checksums(catalog, rv_id, row["manifest"])
+    verified, problems = store.check_checksums(lakehouse, rv_id, row["manifest"])
     assert (verified, problems) == (len(view_ids), [])
 
 
 def test_checksums_check_names_a_corrupted_document(lakehouse, instance):
     # rewrite one segment with one document's token bytes altered but its recorded checksum kept
-    table = lakehouse.load_table("tokenized.documents")
-    rows = table.scan(row_filter=EqualTo("segment", "seg-a")).to_arrow().to_pylist()
+    rows = lakehouse.scan(TOKENIZED_DOCUMENTS, row_filter=EqualTo("segment", "seg-a")).to_pylist()
     victim = rows[2]
     victim["tokens"] = bytes([victim["tokens"][0] ^ 1]) + victim["tokens"][1:]
-    builders._write(lakehouse, "tokenized.documents", {k: victim[k] for k in ("tokenizer_id", "crawl", "segment")},
-                    rows, row_group_rows=8)
+    builders._write(
+        lakehouse,
+        TOKENIZED_DOCUMENTS,
+        {k: victim[k] for k in ("tokenizer_id", "crawl", "segment")},
+        rows,
+        row_group_rows=8,
+    )
     res = materialize_candidate(instance, name="corrupt")
     checks = {e.check_name: e for e in res.get_asset_check_evaluations()}
     assert not res.success and checks["checksums_verified"].passed is False

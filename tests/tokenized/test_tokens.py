@@ -15,10 +15,12 @@ from assets.tokenized.tokens import (
     encode_documents,
     load_tokenizer,
     registered_domain_class,
-    token_dtype,
     tokenizer_id,
+    tokenizer_row,
     tokens_checksum,
 )
+from iceberg_catalog.run_view_contract import token_dtype_for_vocab
+from iceberg_catalog.schemas import TOKENIZED_TOKENIZERS
 from resources import DEFAULT_TOKENIZERS
 
 GPT2 = load_tokenizer(DEFAULT_TOKENIZERS["gpt2"], "gpt2")
@@ -35,7 +37,7 @@ def test_id_is_the_canonical_json_hash():
     raw = GPT2.json_text
     reformatted = json.dumps(json.loads(raw), indent=4)  # same tokenizer, other formatting
     assert tokenizer_id(reformatted) == tokenizer_id(raw) == GPT2.info.tokenizer_id
-    assert token_dtype(65536).itemsize == 2 and token_dtype(65537).itemsize == 4
+    assert token_dtype_for_vocab(65536) == "uint16" and token_dtype_for_vocab(65537) == "uint32"
 
 
 @settings(max_examples=150, deadline=None)
@@ -54,8 +56,16 @@ def test_special_token_strings_in_text_are_plain_text():
 
 def test_check_rows_names_the_bad_document():
     arrays = encode_documents(GPT2, ["first document.", "second document."])
-    rows = [{"doc_id": f"d{i}", "tokens": a.tobytes(), "tokens_sha256": tokens_checksum(a.tobytes()),
-             "token_dtype": "uint16", "n_tokens": len(a)} for i, a in enumerate(arrays)]
+    rows = [
+        {
+            "doc_id": f"d{i}",
+            "tokens": a.tobytes(),
+            "tokens_sha256": tokens_checksum(a.tobytes()),
+            "token_dtype": "uint16",
+            "n_tokens": len(a),
+        }
+        for i, a in enumerate(arrays)
+    ]
     texts = {"d0": "first document.", "d1": "second document."}
     assert check_rows(rows, GPT2, texts) == []
     bad = bytearray(rows[1]["tokens"])
@@ -67,13 +77,43 @@ def test_check_rows_names_the_bad_document():
     assert check_rows(rows, GPT2, texts)[0]["doc_id"] == "d1"
 
 
+def test_a_corrupted_token_dtype_is_a_problem_not_a_crash():
+    (a,) = encode_documents(GPT2, ["a document."])
+    row = {
+        "doc_id": "d0",
+        "tokens": a.tobytes(),
+        "tokens_sha256": tokens_checksum(a.tobytes()),
+        "token_dtype": "int8",
+        "n_tokens": len(a),
+    }
+    [problem] = check_rows([row], GPT2)
+    assert problem["doc_id"] == "d0" and "int8" in problem["problem"]
+
+
+def test_the_tokenizer_row_fits_its_table():
+    row = tokenizer_row(GPT2)
+    assert row.cast(TOKENIZED_TOKENIZERS.arrow_schema).to_pylist() == [
+        {
+            "tokenizer_id": GPT2.info.tokenizer_id,
+            "name": "gpt2",
+            "vocab_size": 50257,
+            "eos_id": 50256,
+            "bos_id": None,
+            "token_dtype": "uint16",
+            "tokenizer_json": GPT2.json_text,
+        }
+    ]
+
+
 def test_missing_tokenizer_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a file"):
         load_tokenizer(tmp_path / "nope.json", "x")
 
 
-@pytest.mark.parametrize("host,cls", [("en.wikipedia.org", "org"), ("www.bbc.co.uk", "uk"), (None, None),
-                                      ("localhost", None), ("127.0.0.1", None)])
+@pytest.mark.parametrize(
+    "host,cls",
+    [("en.wikipedia.org", "org"), ("www.bbc.co.uk", "uk"), (None, None), ("localhost", None), ("127.0.0.1", None)],
+)
 def test_domain_class(host, cls):
     assert registered_domain_class(host) == cls
 

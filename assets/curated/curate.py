@@ -1,0 +1,294 @@
+"""curated.documents as plan -> task -> commit (two maps, one commit), and the exact duplicates. No Dagster.
+
+`plan` cuts the segment's partition of raw.warc_records, pinned at one snapshot, into slices of data files in
+scan order; `run_task` curates the HTML records of its slice into staged files (every column but
+`ppl_bucket`) and returns each document's (language, perplexity); `cutoffs` takes the per-language
+percentiles over the whole partition; `bucket_plan` / `run_bucket_task` rewrite each staged file with its
+bucket into the final data files; `commit` replaces the partition in one transaction, then deletes the staged
+files. Rows keep the raw scan order whatever the tasks' grouping or the order they finished in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.expressions import And, EqualTo
+
+from assets.curated.perplexity import language_bucket, language_thresholds
+from assets.curated.pipeline import RAW_COLUMNS, CurateParams, curate_records, funnel, is_html
+from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskOutput, TaskResult
+from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, RAW_WARC_RECORDS
+
+SCHEMA = CURATED_DOCUMENTS.arrow_schema
+Thresholds = Mapping[str | None, tuple[float, float]]  # language -> (p_head, p_tail)
+
+
+def partition(crawl: str, segment: str) -> dict[str, str]:
+    return {"crawl": crawl, "segment": segment}
+
+
+# ---- map 1: curate a slice of raw records into staged files ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurateTask:
+    """Curate the HTML records of `slice` (raw data files at a pinned snapshot) into `staged`."""
+
+    index: int
+    lakehouse: Lakehouse
+    slice: ScanSlice
+    params: CurateParams
+    lm_path: str
+    staged: TaskOutput
+
+
+def plan(
+    lakehouse: Lakehouse,
+    raw_snapshot_id: int | None,
+    crawl: str,
+    segment: str,
+    params: CurateParams,
+    lm_path: str,
+    run: str,
+) -> list[CurateTask]:
+    """One task per `params.files_per_slice` raw data files of the segment at `raw_snapshot_id`, in scan order
+    (none when raw was never written: the commit then leaves an empty partition)."""
+    where = And(EqualTo("crawl", crawl), EqualTo("segment", segment))
+    slices = lakehouse.slices(RAW_WARC_RECORDS, raw_snapshot_id, where, RAW_COLUMNS, params.files_per_slice)
+    part = partition(crawl, segment)
+    return [
+        CurateTask(i, lakehouse, s, params, lm_path, lakehouse.output(CURATED_DOCUMENTS, part, f"{run}-staged", i))
+        for i, s in enumerate(slices)
+    ]
+
+
+def _html_chunks(batches: Iterable[pa.RecordBatch], chunk_docs: int, counts: Counter) -> Iterator[list[dict]]:
+    """Chunks of HTML records (as dicts) in scan order, counting responses and HTML records."""
+    chunk: list[dict] = []
+    for batch in batches:
+        for rec in batch.to_pylist():
+            counts["responses"] += 1
+            if not is_html(rec["content_type"]):
+                continue
+            counts["html"] += 1
+            chunk.append(rec)
+            if len(chunk) >= chunk_docs:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def run_task(task: CurateTask) -> TaskResult:
+    """Curate the slice's HTML records in scan order into staged files (`ppl_bucket` still empty). Stats:
+    responses and HTML records read, documents per decision and per language, and every scored document's
+    [language, perplexity] for the partition's bucket cut-offs. Never commits; safe to retry."""
+    counts: Counter = Counter()
+    decisions: Counter = Counter()
+    languages: Counter = Counter()
+    scored: list[tuple[str | None, float]] = []
+    writer = FileWriter(task.staged)
+    chunks = _html_chunks(task.lakehouse.read_slice(task.slice), task.params.chunk_docs, counts)
+    for rows in curate_records(chunks, task.params, task.lm_path):
+        writer.write(pa.Table.from_pylist(rows, schema=SCHEMA))
+        for r in rows:
+            decisions[r["decision"] or "kept"] += 1
+            if r["language"]:
+                languages[r["language"]] += 1
+            if r["perplexity"] is not None:
+                scored.append((r["language"], r["perplexity"]))
+    return TaskResult(
+        task.index,
+        (writer.close(),),
+        {
+            "responses": counts["responses"],
+            "html": counts["html"],
+            "decisions": dict(decisions),
+            "languages": dict(languages),
+            "perplexities": scored,
+        },
+    )
+
+
+# ---- between the maps: the partition's per-language cut-offs ----------------------------------------------
+
+
+def cutoffs(staged: Sequence[TaskResult], params: CurateParams) -> dict[str | None, tuple[float, float]]:
+    """Per language, (p_head, p_tail) over every scored document of the partition (order-independent)."""
+    pairs = ((lang, ppl) for r in staged for lang, ppl in r.stats["perplexities"])
+    return language_thresholds(pairs, params.ppl_head_pct, params.ppl_tail_pct)
+
+
+# ---- map 2: staged files + bucket -> final data files ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketTask:
+    """Rewrite the staged files of curate task `index` with `ppl_bucket` set into `out`."""
+
+    index: int
+    lakehouse: Lakehouse
+    staged: tuple[str, ...]
+    thresholds: Thresholds
+    out: TaskOutput
+
+
+def staged_paths(result: TaskResult) -> tuple[str, ...]:
+    return tuple(p for w in result.files for p in w.paths)
+
+
+def bucket_plan(
+    lakehouse: Lakehouse, crawl: str, segment: str, staged: Sequence[TaskResult], thresholds: Thresholds, run: str
+) -> list[BucketTask]:
+    """One task per curate task that wrote rows, with the same index (so the same place in the partition)."""
+    part = partition(crawl, segment)
+    return [
+        BucketTask(
+            r.task_index,
+            lakehouse,
+            staged_paths(r),
+            thresholds,
+            lakehouse.output(CURATED_DOCUMENTS, part, run, r.task_index),
+        )
+        for r in sorted(staged, key=lambda r: r.task_index)
+        if staged_paths(r)
+    ]
+
+
+def run_bucket_task(task: BucketTask) -> TaskResult:
+    """Set each row's bucket against its language's cut-offs; rows keep their order. Never commits."""
+    writer = FileWriter(task.out)
+    io = task.lakehouse.file_io(task.out.location)
+    bucket_field = SCHEMA.field("ppl_bucket")
+    for path in task.staged:
+        with io.new_input(path).open() as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=1024):
+                table = pa.Table.from_batches([batch])
+                buckets = [
+                    language_bucket(lang, ppl, task.thresholds)
+                    for lang, ppl in zip(table["language"].to_pylist(), table["perplexity"].to_pylist())
+                ]
+                table = table.set_column(
+                    table.schema.get_field_index("ppl_bucket"), bucket_field, pa.array(buckets, bucket_field.type)
+                )
+                writer.write(table)
+    return TaskResult(task.index, (writer.close(),))
+
+
+# ---- commit ------------------------------------------------------------------------------------------------
+
+
+def commit(
+    lakehouse: Lakehouse,
+    crawl: str,
+    segment: str,
+    staged: Sequence[TaskResult],
+    results: Sequence[TaskResult],
+    provenance: Provenance,
+) -> CommitResult:
+    """Replace the segment's partition of curated.documents with the bucket tasks' files in task order (ONE
+    transaction), then delete the staged files (a failed run leaves them to the orphan sweep)."""
+    part = partition(crawl, segment)
+    done = lakehouse.commit(results, {CURATED_DOCUMENTS: part}, {CURATED_DOCUMENTS: provenance})[CURATED_DOCUMENTS]
+    io = lakehouse.file_io()
+    for r in staged:
+        for path in staged_paths(r):
+            io.delete(path)
+    return done
+
+
+@dataclass
+class PartitionStats:
+    """What the curate tasks of one partition counted, aggregated independently of task order."""
+
+    responses: int = 0
+    html: int = 0
+    decisions: Counter = field(default_factory=Counter)  # "kept" for kept documents
+    languages: Counter = field(default_factory=Counter)
+    perplexities: list[float] = field(default_factory=list)  # sorted
+
+    @classmethod
+    def of(cls, staged: Sequence[TaskResult]) -> PartitionStats:
+        out = cls()
+        for r in staged:
+            out.responses += r.stats["responses"]
+            out.html += r.stats["html"]
+            out.decisions.update(r.stats["decisions"])
+            out.languages.update(r.stats["languages"])
+            out.perplexities.extend(ppl for _, ppl in r.stats["perplexities"])
+        out.perplexities.sort()
+        return out
+
+    @property
+    def rows(self) -> int:
+        return sum(self.decisions.values())
+
+    @property
+    def kept(self) -> int:
+        return self.decisions["kept"]
+
+    def funnel(self) -> list[tuple[str, int]]:
+        return funnel(self.decisions.elements())
+
+
+# ---- exact duplicates over every partition -----------------------------------------------------------------
+
+EXACT_DEDUP_CONFIG = {"key": "text_sha256", "order": "crawl,doc_id"}  # what the rows depend on (config hash)
+
+
+@dataclass(frozen=True)
+class ExactDuplicates:
+    """The duplicate rows, how many kept documents they were found among, and the documents per decision."""
+
+    rows: pa.Table
+    kept: int
+    decisions: Counter
+
+    def funnel(self) -> list[tuple[str, int]]:
+        """Every partition's funnel with exact duplicates taken out of `kept`."""
+        n_dup = self.rows.num_rows
+        full = [(d, n) for d, n in funnel(self.decisions.elements()) if d != "kept"]
+        return full + [("exact_duplicate", n_dup), ("kept", self.kept - n_dup)]
+
+
+def exact_duplicates(lakehouse: Lakehouse, documents_snapshot_id: int | None) -> ExactDuplicates:
+    """Exact duplicates among the kept documents of every partition of curated.documents at a snapshot."""
+    docs = lakehouse.scan_at(
+        CURATED_DOCUMENTS, documents_snapshot_id, ("doc_id", "crawl", "segment", "text_sha256", "kept", "decision")
+    )
+    kept = docs.filter(pc.field("kept")).select(["doc_id", "crawl", "segment", "text_sha256"])
+    decisions = Counter(d or "kept" for d in docs["decision"].to_pylist())
+    return ExactDuplicates(exact_duplicate_rows(kept), kept.num_rows, decisions)
+
+
+def exact_duplicate_rows(docs: pa.Table) -> pa.Table:
+    """For kept documents (doc_id, crawl, segment, text_sha256): every non-first occurrence of a text hash,
+    first = smallest (crawl, doc_id), with the canonical document it duplicates."""
+    ordered = docs.sort_by([("text_sha256", "ascending"), ("crawl", "ascending"), ("doc_id", "ascending")])
+    cols = {k: ordered[k].to_pylist() for k in ("doc_id", "crawl", "segment", "text_sha256")}
+    out: dict[str, list] = {
+        k: [] for k in ("doc_id", "crawl", "segment", "decision", "duplicate_of", "duplicate_of_crawl", "text_sha256")
+    }
+    first = 0
+    for i, digest in enumerate(cols["text_sha256"]):
+        if i == 0 or digest != cols["text_sha256"][first]:
+            first = i
+            continue
+        for k in ("doc_id", "crawl", "segment", "text_sha256"):
+            out[k].append(cols[k][i])
+        out["decision"].append("exact_duplicate")
+        out["duplicate_of"].append(cols["doc_id"][first])
+        out["duplicate_of_crawl"].append(cols["crawl"][first])
+    return pa.table({k: pa.array(v, pa.string()) for k, v in out.items()})
+
+
+def commit_exact_duplicates(lakehouse: Lakehouse, found: ExactDuplicates, provenance: Provenance) -> CommitResult:
+    """Replace curated.exact_duplicates (unpartitioned) with `found.rows` in one transaction."""
+    writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {})
+    writer.write(found.rows)
+    return writer.commit(provenance)

@@ -1,0 +1,206 @@
+"""The one lakehouse handle: a catalog, the lock key of its commits, tables by `TableDef`, pinned scans.
+
+Every state module, the Dagster resource and the loader go through `Lakehouse`; none names a table by a
+string. The handle pickles as its configuration only (the opened catalog is not sent), so a plan can hand it
+to tasks that run in another process or on another machine, where it reopens the catalog on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+from pyiceberg.table import FileScanTask, Table
+
+from iceberg_catalog.catalog import CatalogConfig, open_catalog
+from iceberg_catalog.commit import (
+    CommitResult,
+    PartitionWriter,
+    Provenance,
+    TaskOutput,
+    TaskResult,
+    commit_results,
+    table_commit_lock,
+    task_output,
+)
+from iceberg_catalog.schemas import TABLES, TableDef
+
+
+@dataclass(frozen=True)
+class ScanSlice:
+    """Some data files of one table at one snapshot, with a row filter and the columns to read. Small and
+    picklable: a plan cuts a partition into slices, tasks read them (`Lakehouse.read_slice`)."""
+
+    table: str
+    snapshot_id: int
+    files: tuple[FileScanTask, ...]
+    columns: tuple[str, ...] | None = None
+    row_filter: BooleanExpression = AlwaysTrue()
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(f.file.file_path for f in self.files)
+
+    @property
+    def max_rows(self) -> int:
+        """Rows in the slice's files before the row filter (an upper bound, from the manifests)."""
+        return sum(f.file.record_count for f in self.files)
+
+
+class Lakehouse:
+    """A catalog plus the key its commits lock on. `Lakehouse()` is the configured default (embedded SQLite
+    under TOKENLAKE_HOME, or `TOKENLAKE_CATALOG`); namespaces and declared tables are created on first use.
+    `Lakehouse(catalog=c)` wraps an already opened pyiceberg catalog (configuration read from it)."""
+
+    def __init__(self, config: CatalogConfig | None = None, *, catalog: Catalog | None = None) -> None:
+        if config is None and catalog is not None:  # wrapping an opened catalog: its own name and properties
+            config = CatalogConfig(catalog.name, dict(catalog.properties))
+        self.config = config or CatalogConfig.resolve()
+        self._catalog = catalog
+
+    def __getstate__(self) -> dict:
+        return {"config": self.config, "_catalog": None}
+
+    def __repr__(self) -> str:
+        return f"Lakehouse({self.config.name!r}, uri={self.config.properties.get('uri', '')!r})"
+
+    @property
+    def catalog(self) -> Catalog:
+        """The opened pyiceberg catalog (every namespace and declared table exists)."""
+        if self._catalog is None:
+            self._catalog = open_catalog(self.config)
+        return self._catalog
+
+    @property
+    def lock_key(self) -> str:
+        """What per-table commit locks are keyed by (never contains secrets)."""
+        return self.config.fingerprint()
+
+    def file_io(self, location: str | None = None) -> FileIO:
+        """A FileIO for the warehouse, built from the catalog properties (no catalog round trip)."""
+        return load_file_io(dict(self.config.properties), location)
+
+    # --- tables and snapshots ---------------------------------------------------------------------------
+
+    def table(self, t: TableDef) -> Table:
+        return self.catalog.load_table(_identifier(t))
+
+    def snapshot_id(self, t: TableDef) -> int | None:
+        """The table's current snapshot id; None when it was never written."""
+        snap = self.table(t).current_snapshot()
+        return snap.snapshot_id if snap else None
+
+    def snapshot_ids(self, tables: Iterable[TableDef]) -> dict[str, int | None]:
+        """Current snapshot id per table identifier: what a step read, for its provenance and its pins."""
+        return {t.identifier: self.snapshot_id(t) for t in tables}
+
+    def commit_lock(self, t: TableDef) -> AbstractContextManager[None]:
+        """The machine-wide lock that every metadata commit of `t` on this catalog holds."""
+        return table_commit_lock(self.lock_key, t.identifier)
+
+    # --- reading ----------------------------------------------------------------------------------------
+
+    def scan_at(
+        self,
+        t: TableDef,
+        snapshot_id: int | None,
+        columns: Sequence[str] | None = None,
+        row_filter: BooleanExpression | None = None,
+    ) -> pa.Table:
+        """Rows of `t` at `snapshot_id`; None (the table had no snapshot when pinned) gives an empty table
+        with the declared columns."""
+        return self.batches_at(t, snapshot_id, columns, row_filter).read_all()
+
+    def scan(
+        self, t: TableDef, columns: Sequence[str] | None = None, row_filter: BooleanExpression | None = None
+    ) -> pa.Table:
+        """Rows of `t` at its current snapshot (empty, typed, when never written)."""
+        return self.scan_at(t, self.snapshot_id(t), columns, row_filter)
+
+    def batches_at(
+        self,
+        t: TableDef,
+        snapshot_id: int | None,
+        columns: Sequence[str] | None = None,
+        row_filter: BooleanExpression | None = None,
+    ) -> pa.RecordBatchReader:
+        """A streaming reader over `t` at `snapshot_id` (bounded memory); empty when `snapshot_id` is None."""
+        if snapshot_id is None:
+            schema = t.arrow_schema
+            schema = pa.schema([schema.field(c) for c in columns]) if columns else schema
+            return pa.RecordBatchReader.from_batches(schema, iter(()))
+        kwargs = {"selected_fields": tuple(columns)} if columns else {}
+        return (
+            self.table(t)
+            .scan(row_filter=row_filter or AlwaysTrue(), snapshot_id=snapshot_id, **kwargs)
+            .to_arrow_batch_reader()
+        )
+
+    def slices(
+        self,
+        t: TableDef,
+        snapshot_id: int | None,
+        row_filter: BooleanExpression | None = None,
+        columns: Sequence[str] | None = None,
+        files_per_slice: int = 1,
+    ) -> list[ScanSlice]:
+        """The data files of `t` at `snapshot_id` matching `row_filter`, cut into slices of
+        `files_per_slice` files in scan order (the order a single scan would read them)."""
+        if snapshot_id is None:
+            return []
+        if files_per_slice < 1:
+            raise ValueError(f"files_per_slice must be >= 1, got {files_per_slice}")
+        where = row_filter or AlwaysTrue()
+        tasks = list(self.table(t).scan(row_filter=where, snapshot_id=snapshot_id).plan_files())
+        cols = tuple(columns) if columns else None
+        return [
+            ScanSlice(t.identifier, snapshot_id, tuple(tasks[i : i + files_per_slice]), cols, where)
+            for i in range(0, len(tasks), files_per_slice)
+        ]
+
+    def read_slice(self, s: ScanSlice) -> Iterator[pa.RecordBatch]:
+        """Stream the rows of one slice (projected to its columns, filtered by its row filter)."""
+        kwargs = {"selected_fields": s.columns} if s.columns else {}
+        scan = self.table(TABLES[s.table]).scan(row_filter=s.row_filter, snapshot_id=s.snapshot_id, **kwargs)
+        projected = scan.projection()
+        target = schema_to_pyarrow(projected)
+        for batch in ArrowScan(scan.table_metadata, scan.io, projected, scan.row_filter).to_record_batches(s.files):
+            yield batch.cast(target) if batch.schema != target else batch
+
+    # --- writing ----------------------------------------------------------------------------------------
+
+    def writer(self, t: TableDef, partition: Mapping[str, str], **kwargs) -> PartitionWriter:
+        """A streaming writer that replaces exactly `partition` of `t` on commit (one Iceberg transaction)."""
+        return PartitionWriter(self.catalog, t.identifier, partition, catalog_fingerprint=self.lock_key, **kwargs)
+
+    def output(self, t: TableDef, partition: Mapping[str, str], run: str, task_index: int) -> TaskOutput:
+        """Where task `task_index` of a plan (`run`: one id per plan) writes its files for `partition` of `t`."""
+        return task_output(self.table(t), partition, run, task_index, self.config.properties)
+
+    def commit(
+        self,
+        results: Iterable[TaskResult],
+        partitions: Mapping[TableDef, Mapping[str, str]],
+        provenance: Mapping[TableDef, Provenance],
+    ) -> dict[TableDef, CommitResult]:
+        """Per table, ONE transaction replacing exactly its partition with every task's files in task order."""
+        done = commit_results(
+            self.catalog,
+            list(results),
+            {t.identifier: p for t, p in partitions.items()},
+            {t.identifier: provenance[t] for t in partitions},
+            catalog_fingerprint=self.lock_key,
+        )
+        return {t: done[t.identifier] for t in partitions}
+
+
+def _identifier(t: TableDef) -> str:
+    if not isinstance(t, TableDef):
+        raise TypeError(f"tables are named by their TableDef (iceberg_catalog.schemas), got {t!r}")
+    return t.identifier

@@ -1,0 +1,43 @@
+"""The loader reads through the one lakehouse handle and the one run view contract, without Dagster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from iceberg_catalog.run_view_contract import manifest_sha256, run_view_id, samples_digest
+from loader import in_memory_view, open_run_view
+from loader.view import as_lakehouse
+from tests.loader import views
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_loader_imports_without_dagster():
+    code = "import sys, loader\nassert 'dagster' not in sys.modules, sorted(m for m in sys.modules if 'dagster' in m)"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+def test_a_lakehouse_a_bare_catalog_and_the_configured_default_open_the_same_view(monkeypatch):
+    by_handle = views.view("a")
+    by_catalog = open_run_view(views.lakehouse()["a"], catalog=views.catalog())
+    monkeypatch.setenv("TOKENLAKE_HOME", str(views.lakehouse()["home"]))
+    monkeypatch.delenv("TOKENLAKE_CATALOG", raising=False)
+    by_default = open_run_view(views.lakehouse()["a"])
+    for v in (by_catalog, by_default):
+        assert (v.run_view_id, v.manifest_sha256) == (by_handle.run_view_id, by_handle.manifest_sha256)
+        assert v.samples.equals(by_handle.samples) and np.array_equal(v.block_ids, by_handle.block_ids)
+    # a wrapped catalog locks on the same key as the handle of the same configuration
+    assert as_lakehouse(views.catalog()).lock_key == views.handle().lock_key
+    handle = views.handle()
+    assert as_lakehouse(handle) is handle
+
+
+def test_an_in_memory_view_follows_the_contract():
+    view = in_memory_view(views.gpt2_docs()[:5], seq_len=64, eos_id=50256)
+    assert view.manifest["samples"]["sha256"] == samples_digest(view.samples)
+    assert view.manifest_sha256 == manifest_sha256(view.manifest)
+    assert view.run_view_id == run_view_id("memory", view.manifest_sha256)
