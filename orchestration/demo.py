@@ -7,6 +7,7 @@ replaces each partition; nothing is duplicated. The approval gate is left to a r
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 
 import dagster as dg
@@ -30,6 +31,7 @@ from orchestration.flow import STEPS, Step
 from orchestration.instance import prepare_dagster_home
 
 DEMO_TOKENIZER = "gpt2"
+VERBOSE = "--verbose" in sys.argv[1:]  # Dagster's own DEBUG events on the console too
 
 
 def discover_segments(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[str]:
@@ -49,15 +51,20 @@ def discover_segments(defs: dg.Definitions, instance: dg.DagsterInstance) -> lis
 def run_job(
     defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None, run_config=None
 ) -> dg.ExecuteInProcessResult:
-    """Execute one job in-process on the instance (the run shows up in the UI's run history)."""
-    print(f"running {name}" + (f" for {partition_key}" if partition_key else "") + " ...", flush=True)
+    """Execute one job in-process on the instance (the run shows up in the UI's run history); one line per run,
+    Dagster's own events only with `--verbose` (they are in the run's log in the UI either way)."""
+    label = f"{name}" + (f" {partition_key}" if partition_key else "")
+    print(f"  {label:<72}", end="", flush=True)
+    quiet = {} if VERBOSE else {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    t0 = time.perf_counter()
     res = defs.resolve_job_def(name).execute_in_process(
         instance=instance,
         partition_key=partition_key,
-        run_config=run_config,
+        run_config={**(run_config or {}), **quiet},
         tags={"tokenlake/source": "make demo"},
         raise_on_error=False,
     )
+    print(f"{'ok' if res.success else 'FAILED'} {time.perf_counter() - t0:6.1f} s", flush=True)
     if not res.success:
         raise SystemExit(f"{name} {partition_key or ''} failed; see run {res.run_id} in the Dagster UI")
     return res
@@ -87,9 +94,10 @@ def run_pipeline(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[li
     """Every step of STEPS but the reviewer's; returns the segments and the run view candidate's run."""
     candidate = None
     segments = []
-    for step in STEPS:
+    for number, step in enumerate(STEPS, 1):
         if step.reviewer:
             continue
+        print(f"[{number}/{len(STEPS)}] {step.job}: {step.what}", flush=True)
         if step.job == "raw_ingest":
             discover_segments(defs, instance)
             segments = sorted(instance.get_dynamic_partitions("crawl_segments"))
@@ -231,6 +239,7 @@ def report_run_view(lakehouse: Lakehouse, result: dg.ExecuteInProcessResult, che
         )
     print("  excluded: " + ", ".join(f"{k} {v}" for k, v in m["exclusions"].items()))
     print("  checks: " + ", ".join(f"{k} {'passed' if v else 'FAILED'}" for k, v in sorted(checks.items())))
+    print(f"  samples digest  {m['samples']['sha256']}  (equal for equal inputs and config, on any executor)")
     print(f"  manifest_sha256 {sha}")
     print("\nTo publish it, a reviewer either launches the job publish_run_view in the Dagster UI (Launchpad) with")
     print(f"    ops: {{decide_run_view: {{config: {{run_view_id: {rv_id}, manifest_sha256: {sha},")
