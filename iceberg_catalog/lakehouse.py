@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -18,7 +19,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import FileScanTask, Table
 
-from iceberg_catalog.catalog import CatalogConfig, open_catalog
+from iceberg_catalog.catalog import CatalogConfig, open_catalog, redact_uri
 from iceberg_catalog.commit import (
     CommitResult,
     PartitionWriter,
@@ -68,7 +69,7 @@ class Lakehouse:
         return {"config": self.config, "_catalog": None}
 
     def __repr__(self) -> str:
-        return f"Lakehouse({self.config.name!r}, uri={self.config.properties.get('uri', '')!r})"
+        return f"Lakehouse({self.config.name!r}, uri={redact_uri(str(self.config.properties.get('uri', '')))!r})"
 
     @property
     def catalog(self) -> Catalog:
@@ -89,7 +90,10 @@ class Lakehouse:
     # --- tables and snapshots ---------------------------------------------------------------------------
 
     def table(self, t: TableDef) -> Table:
-        return self.catalog.load_table(_identifier(t))
+        """The table, after checking that its files live under this lakehouse's warehouse."""
+        table = self.catalog.load_table(_identifier(t))
+        check_location(t, table.location(), self.config.properties.get("warehouse", ""))
+        return table
 
     def snapshot_id(self, t: TableDef) -> int | None:
         """The table's current snapshot id; None when it was never written."""
@@ -177,6 +181,7 @@ class Lakehouse:
 
     def writer(self, t: TableDef, partition: Mapping[str, str], **kwargs) -> PartitionWriter:
         """A streaming writer that replaces exactly `partition` of `t` on commit (one Iceberg transaction)."""
+        self.table(t)  # the location guard, before anything is written
         return PartitionWriter(self.catalog, t.identifier, partition, catalog_fingerprint=self.lock_key, **kwargs)
 
     def output(self, t: TableDef, partition: Mapping[str, str], run: str, task_index: int) -> TaskOutput:
@@ -198,6 +203,32 @@ class Lakehouse:
             catalog_fingerprint=self.lock_key,
         )
         return {t: done[t.identifier] for t in partitions}
+
+
+class ForeignTableLocation(RuntimeError):
+    """A table's files lie outside the configured warehouse: writing would change another lakehouse."""
+
+
+def _local_path(uri: str) -> str | None:
+    """The absolute local path of a `file://` URI or a plain path; None for object stores and names."""
+    if uri.startswith("file://"):
+        return unquote(urlparse(uri).path).rstrip("/")
+    return uri.rstrip("/") if uri.startswith("/") else None
+
+
+def check_location(t: TableDef, location: str, warehouse: str) -> None:
+    """Refuse a local table whose location is not under a local warehouse. Iceberg metadata holds absolute
+    paths, so a copied lakehouse (`cp -a .tokenlake elsewhere`) still points at the original's files: writing
+    through the copy would rewrite the original."""
+    root, path = _local_path(warehouse), _local_path(location)
+    if root is None or path is None or path == root or path.startswith(root + "/"):
+        return
+    raise ForeignTableLocation(
+        f"table {t.identifier} lives at {path!r}, outside this lakehouse's warehouse {root!r}: its metadata "
+        f"belongs to another lakehouse (a copied TOKENLAKE_HOME keeps the original's absolute paths), and "
+        f"writing here would change that one. Point TOKENLAKE_HOME at the original, or start an empty "
+        f"TOKENLAKE_HOME and re-materialise; nothing was read or written"
+    )
 
 
 def _identifier(t: TableDef) -> str:
