@@ -5,6 +5,11 @@ tokenlake snapshots TABLE [-n 10]     a table's snapshot history with its proven
 tokenlake digest [--json]             every table's row count and content digest, the run views' samples
                                       digests (equal digests: the same rows, whatever built them)
 tokenlake demo                        the `make demo` pipeline on the sample crawl
+tokenlake run --crawl-root DIR [--force]
+                                      the same steps on your crawl directory (Common Crawl's layout:
+                                      DIR/crawl-data/<CRAWL>/segments/<SEGMENT>/warc/*.warc.gz; default
+                                      TOKENLAKE_CRAWL_ROOT); resumable: partitions already materialised by the
+                                      current code, with nothing upstream changed, are skipped unless --force
 tokenlake runview list                every run view: id, status, samples, tokens, reviewer
 tokenlake runview show ID             one run view's manifest (mixture requested vs realised, inputs, ...)
 tokenlake runview approve|reject ID --sha256 HASH --reviewer NAME [--comment TEXT]
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -79,6 +85,25 @@ def cmd_demo(_args) -> int:
     from orchestration.demo import main
 
     return main()
+
+
+def cmd_run(args) -> int:
+    from pathlib import Path
+
+    from orchestration.demo import run_and_report
+
+    if not args.crawl_root:
+        print("give --crawl-root DIR or set TOKENLAKE_CRAWL_ROOT", file=sys.stderr)
+        return 2
+    root = Path(args.crawl_root).expanduser().resolve()
+    if not (root / "crawl-data").is_dir():
+        print(
+            f"--crawl-root {str(root)!r} has no crawl-data/ directory (expected Common Crawl's layout: "
+            f"crawl-data/<CRAWL>/segments/<SEGMENT>/warc/*.warc.gz)",
+            file=sys.stderr,
+        )
+        return 2
+    return run_and_report(resume=not args.force, crawl_root=str(root))
 
 
 def cmd_runview_list(_args) -> int:
@@ -241,6 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     digest.add_argument("--json", action="store_true", help="one JSON object on one line")
     digest.set_defaults(fn=cmd_digest)
     sub.add_parser("demo", help="run the pipeline on the sample crawl").set_defaults(fn=cmd_demo)
+    run = sub.add_parser("run", help="run the pipeline on a crawl directory, skipping what is already done")
+    run.add_argument(
+        "--crawl-root",
+        default=os.environ.get("TOKENLAKE_CRAWL_ROOT"),
+        required=False,
+        help="a directory in Common Crawl's layout (default: TOKENLAKE_CRAWL_ROOT)",
+    )
+    run.add_argument("--force", action="store_true", help="materialise every partition again")
+    run.set_defaults(fn=cmd_run)
     rv = sub.add_parser("runview", help="list, inspect, approve or reject run views").add_subparsers(
         dest="action", required=True
     )

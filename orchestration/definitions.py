@@ -31,19 +31,29 @@ SAMPLE_CRAWL = REPO_ROOT / "data" / "sample_crawl"
 STATES = (raw, curated, dedup, tokenized, quarantine, run_view, governance)
 
 
-def resources() -> dict[str, dg.ConfigurableResource | dg.ResourceDefinition]:
-    """Default resources: the embedded catalog, the crawl directory from `TOKENLAKE_CRAWL_ROOT` (default: the
-    sample crawl shipped in the repo), the KenLM model from `TOKENLAKE_LM_PATH` (default: curated/reference_lm),
-    tasks in-process."""
+def resources(crawl_root: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """Default resources: the embedded catalog, the crawl directory `crawl_root` (default `TOKENLAKE_CRAWL_ROOT`,
+    else the sample crawl shipped in the repo), the KenLM model from `TOKENLAKE_LM_PATH` (default:
+    curated/reference_lm), tasks in-process."""
+    root = crawl_root or os.environ.get("TOKENLAKE_CRAWL_ROOT") or str(SAMPLE_CRAWL)
     return {
         "catalog": IcebergCatalogResource(),
-        "crawl_source": LocalCrawlSource(root=os.environ.get("TOKENLAKE_CRAWL_ROOT", str(SAMPLE_CRAWL))),
+        "crawl_source": LocalCrawlSource(root=root),
         "lm": LanguageModelResource(model_path=os.environ.get("TOKENLAKE_LM_PATH", "")),
         "tokenizer": TokenizerResource(),
         "benchmarks": EvalBenchmarksResource(),
         "executor": TaskExecutorResource(),
-        "lineage": lineage_resource(lambda: defs),  # resolved at run time, when `defs` exists
     }
 
 
-defs = dg.Definitions.merge(*(state.defs for state in STATES), dg.Definitions(resources=resources()))
+def build_defs(crawl_root: str | None = None) -> dg.Definitions:
+    """Every state's Definitions merged, with the default resources (and the crawl directory `crawl_root`)."""
+    built: dg.Definitions | None = None
+    lineage = lineage_resource(lambda: built)  # the graph deletion walks: this very Definitions, once built
+    built = dg.Definitions.merge(
+        *(state.defs for state in STATES), dg.Definitions(resources={**resources(crawl_root), "lineage": lineage})
+    )
+    return built
+
+
+defs = build_defs()

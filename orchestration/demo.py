@@ -90,10 +90,63 @@ def partition_keys(step: Step, instance: dg.DagsterInstance, segments: list[str]
     }[step.per]
 
 
-def run_pipeline(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[list[str], dg.ExecuteInProcessResult]:
-    """Every step of STEPS but the reviewer's; returns the segments and the run view candidate's run."""
-    candidate = None
-    segments = []
+def done_before(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition_key) -> bool:
+    """Every asset of `job` has a materialisation of this partition made by its current code version."""
+    graph = defs.resolve_asset_graph()
+    partitions = [str(partition_key)] if partition_key is not None else None
+    for key in defs.resolve_job_def(job).asset_layer.selected_asset_keys:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=partitions), limit=1
+        ).records
+        if (
+            not records
+            or records[0].asset_materialization.tags.get("dagster/code_version") != graph.get(key).code_version
+        ):
+            return False
+    return True
+
+
+def has_upstream(defs: dg.Definitions, job: str) -> bool:
+    """Whether the job's assets read other assets (a source step, e.g. the reference LM, does not)."""
+    graph = defs.resolve_asset_graph()
+    return any(graph.get(k).parent_keys for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys)
+
+
+def key_parts(partition_key) -> set[str]:
+    """The dimension values of a partition key (a segment, a tokenizer, a benchmark), for change tracking."""
+    if partition_key is None:
+        return set()
+    if isinstance(partition_key, dg.MultiPartitionKey):
+        return set(partition_key.keys_by_dimension.values())
+    return {str(partition_key)}
+
+
+class Progress:
+    """What a resumable run did: runs made and skipped, and which partition values changed (their
+    downstream partitions must run again; once an all-partition step runs, every later step runs)."""
+
+    def __init__(self, resume: bool) -> None:
+        self.resume, self.changed, self.everything, self.ran, self.skipped = resume, set(), False, 0, 0
+
+    def must_run(self, defs, instance, step: Step, key) -> bool:
+        if not self.resume or self.everything or not done_before(defs, instance, step.job, key):
+            return True
+        if step.per == "all":
+            return bool(self.changed) and has_upstream(defs, step.job)
+        return bool(key_parts(key) & self.changed)
+
+    def record(self, step: Step, key) -> None:
+        self.ran += 1
+        self.changed |= key_parts(key)
+        self.everything = self.everything or (step.per == "all" and step.job != "run_view_candidate")
+
+
+def run_pipeline(
+    defs: dg.Definitions, instance: dg.DagsterInstance, resume: bool = False
+) -> tuple[list[str], Progress]:
+    """Every step of STEPS but the reviewer's, on every discovered segment. `resume`: skip a partition whose
+    assets were already materialised by the current code, unless something upstream of it changed in this run."""
+    progress, segments = Progress(resume), []
     for number, step in enumerate(STEPS, 1):
         if step.reviewer:
             continue
@@ -103,10 +156,23 @@ def run_pipeline(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[li
             segments = sorted(instance.get_dynamic_partitions("crawl_segments"))
         config = DEMO_RUN_VIEW if step.job == "run_view_candidate" else None
         for key in partition_keys(step, instance, segments):
-            result = run_job(defs, instance, step.job, key, config)
-        if step.job == "run_view_candidate":
-            candidate = result
-    return segments, candidate
+            if progress.must_run(defs, instance, step, key):
+                run_job(defs, instance, step.job, key, config)
+                progress.record(step, key)
+            else:
+                progress.skipped += 1
+                print(f"  {step.job + (f' {key}' if key is not None else ''):<72}skipped (done, unchanged)")
+    return segments, progress
+
+
+def latest_candidate(instance: dg.DagsterInstance) -> tuple[str, str, dict]:
+    """The run view the latest `run_view/candidate` materialisation wrote, its manifest hash and its checks."""
+    from assets.run_view.defs import CANDIDATE, check_results_for
+
+    event = instance.get_latest_materialization_event(CANDIDATE)
+    meta = event.asset_materialization.metadata
+    rv_id, sha = meta["run_view_id"].value, meta["manifest_sha256"].value
+    return rv_id, sha, check_results_for(instance, rv_id)
 
 
 def snapshot_lines(lakehouse: Lakehouse, *tables) -> None:
@@ -219,12 +285,10 @@ DEMO_RUN_VIEW = {
 }
 
 
-def report_run_view(lakehouse: Lakehouse, result: dg.ExecuteInProcessResult, checks: dict[str, bool]) -> None:
+def report_run_view(lakehouse: Lakehouse, rv_id: str, sha: str, checks: dict[str, bool | None]) -> None:
     """The candidate: mixture requested vs realised, its checks, and how to approve it."""
     from assets.run_view.store import load_manifest
 
-    mat = result.asset_materializations_for_node("run_view__candidate")[0]
-    rv_id, sha = mat.metadata["run_view_id"].value, mat.metadata["manifest_sha256"].value
     row = load_manifest(lakehouse, rv_id)
     m = row["manifest"]
     print(
@@ -238,7 +302,8 @@ def report_run_view(lakehouse: Lakehouse, result: dg.ExecuteInProcessResult, che
             f"{r['document_share']:>10.1%} {r['tokens']:>9,}"
         )
     print("  excluded: " + ", ".join(f"{k} {v}" for k, v in m["exclusions"].items()))
-    print("  checks: " + ", ".join(f"{k} {'passed' if v else 'FAILED'}" for k, v in sorted(checks.items())))
+    verdict = {True: "passed", False: "FAILED", None: "not run"}
+    print("  checks: " + ", ".join(f"{k} {verdict[v]}" for k, v in sorted(checks.items())))
     print(f"  samples digest  {m['samples']['sha256']}  (equal for equal inputs and config, on any executor)")
     print(f"  manifest_sha256 {sha}")
     print("\nTo publish it, a reviewer either launches the job publish_run_view in the Dagster UI (Launchpad) with")
@@ -248,24 +313,33 @@ def report_run_view(lakehouse: Lakehouse, result: dg.ExecuteInProcessResult, che
     print(f"    .venv/bin/tokenlake runview approve {rv_id} --sha256 {sha} --reviewer <your name>")
 
 
-def main() -> int:
+def run_and_report(resume: bool = False, crawl_root: str | None = None) -> int:
+    """Run the pipeline on `crawl_root` (default `TOKENLAKE_CRAWL_ROOT`, else the sample crawl) through the
+    local Dagster instance, then print the report."""
     home = tokenlake_home()
     dagster_home = prepare_dagster_home()
-    from orchestration.definitions import defs  # after DAGSTER_HOME is set
+    from orchestration.definitions import build_defs  # after DAGSTER_HOME is set
+
+    defs = build_defs(crawl_root)
 
     print(f"TOKENLAKE_HOME={home}\nDAGSTER_HOME={dagster_home}")
     with dg.DagsterInstance.get() as instance:
-        segments, candidate = run_pipeline(defs, instance)
-        checks = {e.check_name: e.passed for e in candidate.get_asset_check_evaluations()}
-        print(f"\n{len(segments)} partitions materialised: {', '.join(segments)}")
+        segments, progress = run_pipeline(defs, instance, resume=resume)
+        rv_id, sha, checks = latest_candidate(instance)
+    print(f"\n{len(segments)} partitions: {', '.join(segments)}; {progress.ran} runs, {progress.skipped} skipped")
     lakehouse = defs.resources["catalog"].lakehouse()
     report_raw(lakehouse)
     report_curated(lakehouse)
     report_tokenized(lakehouse)
     report_quarantine(lakehouse)
-    report_run_view(lakehouse, candidate, checks)
+    report_run_view(lakehouse, rv_id, sha, checks)
     print("\nBrowse it: DAGSTER_HOME=" + str(dagster_home) + " .venv/bin/dagster dev -w workspace.yaml")
     return 0
+
+
+def main() -> int:
+    """`make demo`: the whole pipeline on the sample crawl, every partition materialised again."""
+    return run_and_report(resume=False)
 
 
 if __name__ == "__main__":

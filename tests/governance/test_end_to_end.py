@@ -26,7 +26,7 @@ from resources import IcebergCatalogResource
 G = 4  # global batch size for the provenance steps and the loader run
 
 
-# the whole demo, other engines reading it, then approval, provenance and deletion (~60 s): `make test-slow`, which CI runs
+# the whole demo, other engines reading it, then approval, provenance, deletion (~60 s): `make test-slow` (CI)
 pytestmark = pytest.mark.slow
 
 
