@@ -45,7 +45,11 @@ def run_tasks(context: dg.AssetExecutionContext, executor: TaskExecutor, fn: Cal
             context.log.info("%s: %d/%d tasks done", label, done, total)
 
     context.log.info("%s: %d tasks planned", label, len(tasks))
-    return executor.map(fn, tasks, progress)
+    results = executor.map(fn, tasks, progress)
+    per_node = getattr(executor, "tasks_per_node", None)  # cluster executors say where tasks ran
+    if per_node:
+        context.log.info("%s: tasks per node %s", label, dict(sorted(per_node.items())))
+    return results
 
 
 # --- one definition per knob: Dagster configs generated from the pure dataclasses ------------------------

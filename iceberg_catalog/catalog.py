@@ -5,13 +5,20 @@ Selection is configuration only, no code change:
 2. a YAML/JSON file named by `TOKENLAKE_CATALOG` (`{name: ..., properties: {type: rest, uri: ...}}`), else
 3. the embedded default under `TOKENLAKE_HOME` (default `./.tokenlake`): `catalog.db` + `warehouse/`.
 The properties go unchanged to `pyiceberg.catalog.load_catalog`, so PostgreSQL (`type: sql,
-uri: postgresql+psycopg2://...`), REST, Glue and an S3 warehouse are all just properties.
+uri: postgresql+psycopg2://...`), REST, Glue and an S3 warehouse are all just properties. An S3 warehouse
+(`warehouse: s3://BUCKET/PATH`) takes pyiceberg's FileIO properties `s3.endpoint`, `s3.access-key-id`,
+`s3.secret-access-key`, `s3.region` and `s3.force-virtual-addressing` (`false`, the default: path-style, as
+MinIO and SeaweedFS want). `CatalogConfig.check()` proves the catalog answers and the warehouse bucket exists
+and takes the credentials, naming the wrong value, before any work starts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +30,32 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
 
 DEFAULT_CATALOG_NAME = "tokenlake"
+# property names whose values are secrets: never printed, logged, fingerprinted or written to metadata
+SECRET_PROPERTIES = frozenset(
+    {"s3.secret-access-key", "s3.session-token", "credential", "token", "client.secret-access-key",
+     "client.session-token", "adls.account-key", "gcs.oauth2.token", "rest.signing-secret"}
+)  # fmt: skip
+CHECK_TIMEOUT_S = 10.0
+
+
+class CatalogConfigError(ValueError):
+    """The catalog configuration cannot work (unreachable catalog, missing bucket, wrong credentials)."""
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with the password of its userinfo replaced by `***` (postgresql://user:***@host/db)."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/:@]*):[^@/]*@", r"\1:***@", uri)
+
+
+def redacted(properties: Mapping[str, str]) -> dict[str, str]:
+    """The properties with secret values (and a URI's password) replaced by `***`: safe to print."""
+    out = {}
+    for k, v in properties.items():
+        if k in SECRET_PROPERTIES or "password" in k or "secret" in k:
+            out[k] = "***"
+        else:
+            out[k] = redact_uri(v) if isinstance(v, str) else v
+    return out
 
 
 def tokenlake_home() -> Path:
@@ -72,9 +105,42 @@ class CatalogConfig:
     def is_embedded_sqlite(self) -> bool:
         return self.properties.get("type") == "sql" and str(self.properties.get("uri", "")).startswith("sqlite")
 
+    @property
+    def warehouse(self) -> str:
+        return str(self.properties.get("warehouse", ""))
+
     def fingerprint(self) -> str:
-        """A stable description used to key per-table commit locks (never contains secrets' values)."""
-        return json.dumps({"name": self.name, "uri": self.properties.get("uri", "")}, sort_keys=True)
+        """A stable description used to key per-table commit locks (never contains secrets' values: the URI's
+        password is redacted)."""
+        return json.dumps(
+            {"name": self.name, "uri": redact_uri(str(self.properties.get("uri", ""))), "warehouse": self.warehouse},
+            sort_keys=True,
+        )
+
+    def describe(self) -> str:
+        """One line for logs and errors, without secrets."""
+        return f"catalog {self.name!r} {json.dumps(redacted(self.properties), sort_keys=True)}"
+
+    def check(self) -> None:
+        """Fail fast with a `CatalogConfigError` naming the wrong value: the catalog URI unreachable, the S3
+        warehouse bucket missing, the S3 or catalog credentials refused. Opens the catalog (creates no namespace
+        or table)."""
+        kind = self.properties.get("type", "")
+        if kind == "sql" and not self.is_embedded_sqlite:
+            _check_sql(str(self.properties.get("uri", "")))
+        elif kind == "rest":
+            _check_rest(str(self.properties.get("uri", "")))
+        if self.warehouse.startswith(("s3://", "s3a://")):
+            _check_bucket(self.properties, kind == "rest")
+        try:
+            catalog = self.load()
+            catalog.list_namespaces()
+        except CatalogConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - name what was configured, not the library's trace
+            raise CatalogConfigError(
+                f"{self.describe()}: opening the catalog failed: {type(exc).__name__}: {_scrub(str(exc), self)}"
+            ) from None
 
     def load(self) -> Catalog:
         """Open the catalog (creating the embedded directories when needed)."""
@@ -85,6 +151,95 @@ class CatalogConfig:
             if wh.startswith("file://"):
                 Path(wh.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         return load_catalog(self.name, **self.properties)
+
+
+def _scrub(text: str, config: CatalogConfig) -> str:
+    """`text` with every secret value of `config` replaced by `***`."""
+    for k, v in config.properties.items():
+        if (k in SECRET_PROPERTIES or "password" in k or "secret" in k) and v:
+            text = text.replace(str(v), "***")
+        if isinstance(v, str) and "://" in v:
+            text = text.replace(v, redact_uri(v))
+    return text
+
+
+def _check_sql(uri: str) -> None:
+    """Connect once to a SQL catalog database (PostgreSQL: connect timeout), naming the redacted URI."""
+    import sqlalchemy
+
+    args = {"connect_timeout": int(CHECK_TIMEOUT_S)} if uri.startswith("postgresql") else {}
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("select 1"))
+    except Exception as exc:  # noqa: BLE001
+        msg = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        password = sqlalchemy.engine.make_url(uri).password if "://" in uri else None
+        if password:
+            msg = msg.replace(password, "***")
+        raise CatalogConfigError(
+            f"catalog uri {redact_uri(uri)!r} is unreachable or refused the login: {msg}"
+        ) from None
+
+
+def _check_rest(uri: str) -> None:
+    """GET `{uri}/v1/config`: any HTTP answer proves the REST catalog is reachable (credentials come later)."""
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/v1/config", timeout=CHECK_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise CatalogConfigError(f"catalog uri {redact_uri(uri)!r} is unreachable: {exc}") from None
+
+
+def s3_client(properties: Mapping[str, str]):
+    """A boto3 S3 client from pyiceberg's `s3.*` properties (path-style unless s3.force-virtual-addressing)."""
+    import boto3
+    from botocore.config import Config
+
+    virtual = str(properties.get("s3.force-virtual-addressing", "false")).lower() == "true"
+    return boto3.client(
+        "s3",
+        endpoint_url=properties.get("s3.endpoint") or None,
+        aws_access_key_id=properties.get("s3.access-key-id") or None,
+        aws_secret_access_key=properties.get("s3.secret-access-key") or None,
+        aws_session_token=properties.get("s3.session-token") or None,
+        region_name=properties.get("s3.region") or None,
+        config=Config(
+            s3={"addressing_style": "virtual" if virtual else "path"},
+            connect_timeout=CHECK_TIMEOUT_S,
+            read_timeout=CHECK_TIMEOUT_S,
+            retries={"max_attempts": 2},
+        ),
+    )
+
+
+def _check_bucket(properties: Mapping[str, str], rest: bool) -> None:
+    """HEAD the warehouse bucket: 404 names the bucket, 403 names the access key id (never the secret)."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    warehouse = str(properties["warehouse"])
+    bucket = warehouse.split("://", 1)[1].split("/", 1)[0]
+    endpoint = properties.get("s3.endpoint", "(AWS default)")
+    try:
+        s3_client(properties).head_bucket(Bucket=bucket)
+    except EndpointConnectionError as exc:
+        raise CatalogConfigError(f"s3.endpoint {endpoint!r} is unreachable: {exc}") from None
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404 or code in ("404", "NoSuchBucket"):
+            if rest:  # a REST catalog's warehouse may name a catalog-side table bucket, not a plain S3 bucket
+                return
+            raise CatalogConfigError(
+                f"warehouse {warehouse!r}: bucket {bucket!r} does not exist at s3.endpoint {endpoint!r}"
+            ) from None
+        if status in (401, 403) or code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise CatalogConfigError(
+                f"s3.access-key-id {properties.get('s3.access-key-id', '')!r} with the configured "
+                f"s3.secret-access-key was refused for bucket {bucket!r} at s3.endpoint {endpoint!r} ({code or status})"
+            ) from None
+        raise CatalogConfigError(f"warehouse {warehouse!r} at s3.endpoint {endpoint!r}: {code} {exc}") from None
 
 
 class SchemaMismatch(RuntimeError):

@@ -19,7 +19,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import FileScanTask, Table
 
-from iceberg_catalog.catalog import CatalogConfig, open_catalog
+from iceberg_catalog.catalog import CatalogConfig, open_catalog, redact_uri
 from iceberg_catalog.commit import (
     CommitResult,
     PartitionWriter,
@@ -69,7 +69,7 @@ class Lakehouse:
         return {"config": self.config, "_catalog": None}
 
     def __repr__(self) -> str:
-        return f"Lakehouse({self.config.name!r}, uri={self.config.properties.get('uri', '')!r})"
+        return f"Lakehouse({self.config.name!r}, uri={redact_uri(str(self.config.properties.get('uri', '')))!r})"
 
     @property
     def catalog(self) -> Catalog:

@@ -565,33 +565,60 @@ def _views(raw: bytes) -> Iterable[bytes | pa.Array]:
         yield from _parquet_values(raw)
 
 
-def find_bytes_in_files(root: str | Path, needles: Sequence[bytes], *, decode: bool = True) -> list[tuple[str, bytes]]:
-    """Search every file under a local directory for each needle, in the raw bytes and (unless `decode` is
-    False) decoded: Parquet string/binary values, decompressed Avro blocks, gzip; returns sorted (path, needle)."""
+def find_bytes_in_files(
+    root: str | Path, needles: Sequence[bytes], *, decode: bool = True, properties: Mapping[str, str] | None = None
+) -> list[tuple[str, bytes]]:
+    """Search every file under `root` for each needle, in the raw bytes and (unless `decode` is False)
+    decoded: Parquet string/binary values, decompressed Avro blocks, gzip; returns sorted (path, needle).
+    `root` is a local directory (paths returned as local paths) or an object store URI such as
+    `s3://bucket/warehouse` (objects listed and read through pyarrow's filesystem, configured by the catalog
+    `properties`: `s3.endpoint`, `s3.access-key-id`, ...; locations returned as `s3://bucket/key`)."""
     if not needles or any(not isinstance(n, bytes) or not n for n in needles):
         raise ValueError(f"needles must be non-empty bytes values, got {list(needles)!r}")
-    base = Path(str(root).removeprefix("file://"))
-    if not base.is_dir():
-        raise FileNotFoundError(f"{str(root)!r} is not a local directory")
     hits: set[tuple[str, bytes]] = set()
-    for dirpath, _, filenames in os.walk(base):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as fh:
-                raw = fh.read()
-            missing = set(needles)
-            for view in _views(raw) if decode else (raw,):
-                for needle in list(missing):
-                    if isinstance(view, bytes):
-                        found = needle in view
-                    else:
-                        found = bool(pc.any(pc.match_substring(view, pattern=needle)).as_py())
-                    if found:
-                        hits.add((path, needle))
-                        missing.discard(needle)
-                if not missing:
-                    break
+    for path, raw in _files_under(str(root), properties or {}):
+        missing = set(needles)
+        for view in _views(raw) if decode else (raw,):
+            for needle in list(missing):
+                if isinstance(view, bytes):
+                    found = needle in view
+                else:
+                    found = bool(pc.any(pc.match_substring(view, pattern=needle)).as_py())
+                if found:
+                    hits.add((path, needle))
+                    missing.discard(needle)
+            if not missing:
+                break
     return sorted(hits)
+
+
+def _files_under(root: str, properties: Mapping[str, str]) -> Iterable[tuple[str, bytes]]:
+    """(location, bytes) of every file under a local directory or an object store prefix, one at a time."""
+    scheme = urlparse(root).scheme
+    if scheme in ("", "file"):
+        base = Path(root.removeprefix("file://"))
+        if not base.is_dir():
+            raise FileNotFoundError(f"{root!r} is not a local directory")
+        for dirpath, _, filenames in os.walk(base):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as fh:
+                    yield path, fh.read()
+        return
+    from pyiceberg.io import load_file_io
+
+    file_io = load_file_io(dict(properties), root)
+    if not isinstance(file_io, PyArrowFileIO):
+        raise TypeError(f"searching {root!r} needs pyiceberg's PyArrowFileIO, got {type(file_io).__name__}")
+    _, netloc, base = PyArrowFileIO.parse_location(root, dict(properties))
+    filesystem = file_io.fs_by_scheme(scheme, netloc)
+    infos = filesystem.get_file_info(pafs.FileSelector(base.rstrip("/"), recursive=True, allow_not_found=True))
+    if not infos and filesystem.get_file_info(base.rstrip("/")).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"{root!r} holds no object")
+    for info in sorted(infos, key=lambda i: i.path):
+        if info.type == pafs.FileType.File:
+            with filesystem.open_input_stream(info.path) as fh:
+                yield f"{scheme}://{info.path}", fh.read()
 
 
 # ---------------------------------------------------------------------------------------------- report

@@ -3,7 +3,7 @@ the asset graph."""
 
 from resources.benchmarks import BenchmarkSourceConfig, EvalBenchmarksResource
 from resources.catalog import IcebergCatalogResource
-from resources.crawl_source import LocalCrawlSource, SegmentRef, WarcFileRef, parse_partition_key
+from resources.crawl_source import LocalCrawlSource, S3CrawlSource, SegmentRef, WarcFileRef, parse_partition_key
 from resources.executor import InProcessExecutor, TaskExecutor, TaskExecutorResource
 from resources.lineage import AssetGraphSource, lineage_resource
 from resources.models import DEFAULT_TOKENIZERS, LanguageModelResource, TokenizerResource, reference_lm_path
@@ -21,6 +21,7 @@ __all__ = [
     "TaskExecutorResource",
     "LanguageModelResource",
     "LocalCrawlSource",
+    "S3CrawlSource",
     "SegmentRef",
     "WarcFileRef",
     "parse_partition_key",

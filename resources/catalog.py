@@ -21,6 +21,13 @@ class IcebergCatalogResource(dg.ConfigurableResource):
 
     _lakehouse: Lakehouse | None = PrivateAttr(default=None)
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Before any work: a server catalog, its S3 warehouse and their credentials must answer; a wrong value
+        fails the run here, named (`CatalogConfigError`). The embedded catalog needs no check."""
+        config = CatalogConfig.resolve(self.name, self.properties)
+        if not config.is_embedded_sqlite:
+            config.check()
+
     def lakehouse(self) -> Lakehouse:
         """The lakehouse handle (catalog opened, namespaces and declared tables created, on first use)."""
         if self._lakehouse is None:

@@ -9,7 +9,11 @@ with the files of every task in plan order, so the tables do not depend on which
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import os
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,14 +94,92 @@ def plan(lakehouse: Lakehouse, source: SegmentSource, params: IngestParams, run:
 
 
 def open_uri(uri: str) -> BinaryIO:
-    """A WARC file by URI: `file://` (or a plain path) here; other schemes through pyarrow's filesystems."""
+    """A WARC file by URI, streamed (never staged whole): `file://` (or a plain path) here, `s3://` through
+    `S3Stream` (ranged reads resumed with bounded retries, timeouts; endpoint and credentials from the standard
+    AWS chain: `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), other schemes through pyarrow's filesystems."""
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return open(unquote(parsed.path) if parsed.scheme else uri, "rb")
+    if parsed.scheme in ("s3", "s3a"):
+        return io.BufferedReader(S3Stream(parsed.netloc, unquote(parsed.path.lstrip("/"))), buffer_size=1 << 20)
     from pyarrow import fs as pafs
 
     filesystem, path = pafs.FileSystem.from_uri(uri)
-    return filesystem.open_input_file(path)
+    return filesystem.open_input_stream(path)
+
+
+S3_TIMEOUT_S = 30.0  # connect and read timeout per request
+S3_ATTEMPTS = 5  # reads of one object resumed at most this many times (backoff 0.5 s, 1 s, 2 s, ...)
+
+
+class S3Stream(io.RawIOBase):
+    """Sequential reads of one S3 object: one GET from the current offset, re-issued as a ranged GET
+    (`Range: bytes=<pos>-`) after a dropped connection or a timeout, at most `attempts` times per failure run."""
+
+    def __init__(self, bucket: str, key: str, attempts: int = S3_ATTEMPTS, client=None, backoff_s: float = 0.5):
+        self.bucket, self.key, self.attempts, self.backoff_s = bucket, key, attempts, backoff_s
+        self.pos, self._body = 0, None
+        self._client = client or s3_client()
+
+    def readable(self) -> bool:
+        return True
+
+    def _open(self):
+        args = {"Bucket": self.bucket, "Key": self.key}
+        if self.pos:
+            args["Range"] = f"bytes={self.pos}-"
+        return self._client.get_object(**args)["Body"]
+
+    def readinto(self, buf) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for attempt in range(self.attempts):
+            try:
+                if self._body is None:
+                    self._body = self._open()
+                data = self._body.read(len(buf))
+                buf[: len(data)] = data
+                self.pos += len(data)
+                return len(data)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "InvalidRange":  # resumed exactly at the end
+                    return 0
+                if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) < 500:
+                    raise  # missing object, refused credentials: no retry helps
+                err = exc
+            except (BotoCoreError, OSError) as exc:
+                err = exc
+            self._close_body()
+            time.sleep(min(self.backoff_s * 2**attempt, 8.0))
+        raise OSError(f"s3://{self.bucket}/{self.key}: read at byte {self.pos} failed {self.attempts} times: {err}")
+
+    def _close_body(self) -> None:
+        if self._body is not None:
+            with contextlib.suppress(Exception):
+                self._body.close()
+            self._body = None
+
+    def close(self) -> None:
+        self._close_body()
+        super().close()
+
+
+def s3_client():
+    """A boto3 S3 client from the AWS chain, with timeouts; path-style when an endpoint is configured (MinIO,
+    SeaweedFS), the AWS default otherwise."""
+    import boto3
+    from botocore.config import Config
+
+    custom = bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+    return boto3.session.Session().client(
+        "s3",
+        config=Config(
+            connect_timeout=S3_TIMEOUT_S,
+            read_timeout=S3_TIMEOUT_S,
+            retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"},
+            s3={"addressing_style": "path" if custom else "auto"},
+        ),
+    )
 
 
 class _Buffer:

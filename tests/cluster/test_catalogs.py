@@ -1,0 +1,150 @@
+"""The whole pipeline (the demo's job sequence, in-process executor) on three catalog/storage setups, by
+configuration only: (a) embedded SQLite + local files, (b) PostgreSQL catalog + S3 warehouse (SeaweedFS),
+(c) SeaweedFS's Iceberg REST catalog + S3. Every table's rows and content hash and the run view samples
+digest are identical; no secret value set for (b)/(c) appears in snapshot properties, Dagster's event log
+(asset metadata, logs), run tags or the run view manifest. Bad configuration fails naming the value.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from iceberg_catalog import TABLES, CatalogConfig, Lakehouse
+from iceberg_catalog.catalog import CatalogConfigError
+from iceberg_catalog.digest import lakehouse_digest
+from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS
+from tests.cluster.servers import postgres, seaweedfs  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.slow
+
+SAMPLES_DIGEST_PREFIX = "be6fd114ea56"
+DIGESTS: dict[str, dict] = {}  # setup -> lakehouse digest, filled by the pipeline tests in file order
+
+
+def run_demo_pipeline(home: Path, properties: dict[str, str] | None, monkeypatch) -> tuple[dict, dict]:
+    """`run_pipeline` of `make demo` under a fresh TOKENLAKE_HOME with the catalog from a TOKENLAKE_CATALOG
+    file (None: the embedded default); returns the lakehouse digest and what to grep for secrets."""
+    from orchestration.definitions import build_defs
+    from orchestration.demo import run_pipeline
+
+    monkeypatch.setenv("TOKENLAKE_HOME", str(home))
+    monkeypatch.delenv("TOKENLAKE_CATALOG", raising=False)
+    if properties is not None:
+        cfg = home.parent / f"{home.name}-catalog.yaml"
+        cfg.write_text(yaml.safe_dump({"name": "tokenlake", "properties": properties}))
+        monkeypatch.setenv("TOKENLAKE_CATALOG", str(cfg))
+    config = CatalogConfig.resolve()
+    config.check()
+    defs = build_defs()  # fresh resources: the catalog resource resolves TOKENLAKE_CATALOG now
+    with dg.instance_for_test() as instance:
+        t0 = time.perf_counter()
+        run_pipeline(defs, instance)
+        seconds = time.perf_counter() - t0
+        materializations = dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        events = [dg.serialize_value(r.event_log_entry) for r in instance.get_event_records(materializations)]
+        logs = [dg.serialize_value(e) for run in instance.get_runs() for e in instance.all_logs(run.run_id)]
+        runs = [dg.serialize_value(run) for run in instance.get_runs()]
+    lakehouse = Lakehouse(config)
+    digest = lakehouse_digest(lakehouse)
+    snapshots = [  # whole table metadata: snapshot summaries (provenance), table properties, refs
+        lakehouse.table(t).metadata.model_dump_json() for t in TABLES.values()
+    ]
+    manifests = lakehouse.scan(RUN_VIEW_MANIFESTS, ("manifest_json",))["manifest_json"].to_pylist()
+    print(f"pipeline on {config.describe()}: {seconds:.1f} s; samples {digest['run_view.samples_digest']}")
+    return digest, {"events": events, "logs": logs, "runs": runs, "snapshots": snapshots, "manifests": manifests}
+
+
+def assert_no_secret(secrets: list[str], texts: dict) -> None:
+    for kind, items in texts.items():
+        assert items, kind  # something was written, so the grep means something
+        for text in items:
+            for secret in secrets:
+                assert secret not in text, f"a secret value appears in {kind}"
+
+
+def check_digest(name: str, digest: dict) -> None:
+    DIGESTS[name] = digest
+    print(f"digest {name}: {json.dumps(digest, sort_keys=True)}")
+    assert digest["run_view.samples_digest"] and all(
+        d.startswith(SAMPLES_DIGEST_PREFIX) for d in digest["run_view.samples_digest"]
+    ), digest["run_view.samples_digest"]
+    assert digest["raw.warc_records"]["rows"] > 0 and digest["tokenized.documents"]["rows"] > 0, digest
+    if name != "embedded" and "embedded" in DIGESTS:
+        want = DIGESTS["embedded"]
+        diff = {
+            k: (want.get(k), digest.get(k)) for k in sorted(set(want) | set(digest)) if want.get(k) != digest.get(k)
+        }
+        assert not diff, f"{name} differs from embedded: {diff}"
+
+
+def test_pipeline_embedded_sqlite_local_files(tmp_path, monkeypatch):
+    digest, _ = run_demo_pipeline(tmp_path / "home", None, monkeypatch)
+    check_digest("embedded", digest)
+
+
+def test_pipeline_postgres_catalog_s3_warehouse(tmp_path, monkeypatch, postgres, seaweedfs):  # noqa: F811
+    props = seaweedfs.sql_catalog_properties(postgres.sqlalchemy_uri, "wh-sql")
+    digest, texts = run_demo_pipeline(tmp_path / "home", props, monkeypatch)
+    check_digest("postgres+s3", digest)
+    files = seaweedfs.client().list_objects_v2(Bucket=seaweedfs.bucket, Prefix="wh-sql/")
+    assert files["KeyCount"] > 0  # the data went to S3
+    assert_no_secret([postgres.password, seaweedfs.secret_key], texts)
+
+
+def test_pipeline_rest_catalog_s3(tmp_path, monkeypatch, seaweedfs):  # noqa: F811
+    props = seaweedfs.rest_catalog_properties()
+    digest, texts = run_demo_pipeline(tmp_path / "home", props, monkeypatch)
+    check_digest("rest+s3", digest)
+    assert_no_secret([seaweedfs.secret_key], texts)
+
+
+# --- bad configuration: a clear error naming the value, before any work --------------------------------
+
+
+def test_check_names_unreachable_postgres_uri(postgres):  # noqa: F811
+    uri = f"postgresql+psycopg2://{postgres.user}:{postgres.password}@127.0.0.1:1/{postgres.database}"
+    with pytest.raises(CatalogConfigError, match=r"catalog uri 'postgresql\+psycopg2://tokenlake:\*\*\*@127.0.0.1:1/"):
+        CatalogConfig("t", {"type": "sql", "uri": uri}).check()
+
+
+def test_check_names_wrong_postgres_password(postgres):  # noqa: F811
+    uri = f"postgresql+psycopg2://{postgres.user}:wrong-{postgres.password}@{postgres.host}:{postgres.port}/tokenlake"
+    with pytest.raises(CatalogConfigError, match="refused the login") as err:
+        CatalogConfig("t", {"type": "sql", "uri": uri}).check()
+    assert postgres.password not in str(err.value)
+
+
+def test_check_names_missing_bucket_and_wrong_keys(postgres, seaweedfs):  # noqa: F811
+    good = seaweedfs.sql_catalog_properties(postgres.sqlalchemy_uri, "wh-check")
+    CatalogConfig("t", good).check()
+    with pytest.raises(CatalogConfigError, match="bucket 'no-such-bucket' does not exist"):
+        CatalogConfig("t", {**good, "warehouse": "s3://no-such-bucket/wh"}).check()
+    with pytest.raises(CatalogConfigError, match="s3.access-key-id 'AKIAWRONG' .* was refused") as err:
+        CatalogConfig("t", {**good, "s3.access-key-id": "AKIAWRONG"}).check()
+    with pytest.raises(CatalogConfigError, match="refused") as err:
+        CatalogConfig("t", {**good, "s3.secret-access-key": "not-the-secret"}).check()
+    assert "not-the-secret" not in str(err.value) and seaweedfs.secret_key not in str(err.value)
+    with pytest.raises(CatalogConfigError, match="s3.endpoint 'http://127.0.0.1:1' is unreachable"):
+        CatalogConfig("t", {**good, "s3.endpoint": "http://127.0.0.1:1"}).check()
+
+
+def test_check_names_rest_problems(seaweedfs):  # noqa: F811
+    good = seaweedfs.rest_catalog_properties()
+    CatalogConfig("t", good).check()
+    with pytest.raises(CatalogConfigError, match="catalog uri 'http://127.0.0.1:1' is unreachable"):
+        CatalogConfig("t", {**good, "uri": "http://127.0.0.1:1"}).check()
+    with pytest.raises(CatalogConfigError, match="opening the catalog failed") as err:
+        CatalogConfig("t", {**good, "credential": f"{seaweedfs.access_key}:wrong"}).check()
+    assert seaweedfs.secret_key not in str(err.value)
+
+
+def test_fingerprint_and_describe_hold_no_secret(postgres, seaweedfs):  # noqa: F811
+    config = CatalogConfig("t", seaweedfs.sql_catalog_properties(postgres.sqlalchemy_uri))
+    for text in (config.fingerprint(), config.describe(), repr(Lakehouse(config))):
+        assert postgres.password not in text and seaweedfs.secret_key not in text, text
