@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 import dagster as dg
 import pydantic
 
-from iceberg_catalog import Provenance, config_hash
+from iceberg_catalog import Provenance, TableDef, config_hash
 from resources.executor import TaskExecutor
 
 
@@ -33,6 +33,11 @@ def provenance(
         upstream_snapshot_ids=dict(upstream_snapshot_ids or {}),
         extra=dict(extra or {}),
     )
+
+
+def table_key(t: TableDef) -> dg.AssetKey:
+    """The asset that writes table `t`: folder = group = namespace, so its key is the table's identifier."""
+    return dg.AssetKey([t.namespace, t.name])
 
 
 def run_tasks(context: dg.AssetExecutionContext, executor: TaskExecutor, fn: Callable, tasks: Sequence) -> list:

@@ -143,12 +143,12 @@ def pinned_items(lakehouse: Lakehouse, benchmark: str, snapshot_id: int | None) 
     return _remember(_items, key, pinned)
 
 
-def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[Indexes, float]:
+def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[Indexes, bool, float]:
     """The n-gram (and near-match) indexes of the pinned items, built once per process and parameters;
-    (indexes, seconds spent building them here: 0.0 when reused)."""
+    (indexes, whether this call built them, seconds spent building them here: 0.0 when reused)."""
     key = (lakehouse.lock_key, ref.benchmark, ref.snapshot_id, params.n, params.near, params.near_threshold)
     if key in _indexes:
-        return _indexes[key], 0.0
+        return _indexes[key], False, 0.0
     t0 = time.perf_counter()
     items = pinned_items(lakehouse, ref.benchmark, ref.snapshot_id)
     built = Indexes(
@@ -156,7 +156,7 @@ def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[I
         NgramIndex.build(items.texts, n=params.n),
         NearMatchIndex.build(items.texts, threshold=params.near_threshold) if params.near else None,
     )
-    return _remember(_indexes, key, built), time.perf_counter() - t0
+    return _remember(_indexes, key, built), True, time.perf_counter() - t0
 
 
 # --- plan, task, commit --------------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def run_task(task: MatchTask) -> TaskResult:
     """Every item found in each document of the slice, as rows of quarantine.matches in document order, then
     match order. Stats: documents, matches, contaminated doc ids, the first matches, the index build. Never
     commits."""
-    idx, build_seconds = indexes(task.lakehouse, task.items, task.params)
+    idx, index_built, build_seconds = indexes(task.lakehouse, task.items, task.params)
     writer = FileWriter(task.out)
     bench, part = task.items.benchmark, task.out.partition
     n_docs, n_matches, contaminated, sample = 0, 0, set(), []
@@ -231,6 +231,7 @@ def run_task(task: MatchTask) -> TaskResult:
             "matches": n_matches,
             "contaminated": sorted(contaminated),
             "sample": sample,
+            "index_built": index_built,
             "index_build_seconds": build_seconds,
             "index_bytes": idx.nbytes,
         },

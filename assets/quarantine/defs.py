@@ -10,21 +10,14 @@ import dagster as dg
 from assets.partitions import benchmarks, dimension_dep, quarantine_partitions
 from assets.quarantine import decontaminate
 from assets.quarantine.benchmarks import BenchmarkSource, find_source, read_benchmark
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
-from iceberg_catalog import TableDef
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.erasure import erasure
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES
 from resources import EvalBenchmarksResource, IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-
-def _key(t: TableDef) -> dg.AssetKey:
-    """The asset that writes table `t` (folder = group = namespace, so its key is the table's identifier)."""
-    return dg.AssetKey([t.namespace, t.name])
-
-
-EVAL_ITEMS = _key(QUARANTINE_EVAL_ITEMS)
-MATCHES = _key(QUARANTINE_MATCHES)
+EVAL_ITEMS = table_key(QUARANTINE_EVAL_ITEMS)
+MATCHES = table_key(QUARANTINE_MATCHES)
 MatchConfig = config_from(decontaminate.MatchParams, "MatchConfig")
 
 
@@ -72,7 +65,7 @@ def eval_items(
         **erasure((QUARANTINE_MATCHES, ["doc_id", "deletion_key"])),
     },
     partitions_def=quarantine_partitions,
-    deps=[dimension_dep(EVAL_ITEMS, "benchmark"), dimension_dep(_key(CURATED_DOCUMENTS), "segment")],
+    deps=[dimension_dep(EVAL_ITEMS, "benchmark"), dimension_dep(table_key(CURATED_DOCUMENTS), "segment")],
     group_name="quarantine",
     code_version="matches-1",
     kinds={"iceberg"},

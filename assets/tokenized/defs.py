@@ -8,23 +8,16 @@ import time
 import dagster as dg
 
 from assets.partitions import dimension_dep, tokenized_partitions, tokenizers
-from assets.shell import config_from, params_from, provenance, run_tasks
+from assets.shell import config_from, params_from, provenance, run_tasks, table_key
 from assets.tokenized import tokenize
 from assets.tokenized.tokens import load_tokenizer, tokenizer_row
-from iceberg_catalog import TableDef
 from iceberg_catalog import schemas as T
 from iceberg_catalog.erasure import erasure
 from resources import IcebergCatalogResource, TokenizerResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-
-def _key(t: TableDef) -> dg.AssetKey:
-    """The asset that writes table `t` (folder = group = namespace, so its key is the table's identifier)."""
-    return dg.AssetKey([t.namespace, t.name])
-
-
-TOKENIZERS = _key(T.TOKENIZED_TOKENIZERS)
-TOKENIZED_DOCUMENTS = _key(T.TOKENIZED_DOCUMENTS)
+TOKENIZERS = table_key(T.TOKENIZED_TOKENIZERS)
+TOKENIZED_DOCUMENTS = table_key(T.TOKENIZED_DOCUMENTS)
 TokenizeConfig = config_from(tokenize.TokenizeParams, "TokenizeConfig")
 
 
@@ -67,10 +60,10 @@ def tokenizers_asset(
     },
     partitions_def=tokenized_partitions,
     deps=[
-        dimension_dep(_key(T.CURATED_DOCUMENTS), "segment"),
+        dimension_dep(table_key(T.CURATED_DOCUMENTS), "segment"),
         dimension_dep(TOKENIZERS, "tokenizer"),
-        _key(T.CURATED_EXACT_DUPLICATES),
-        _key(T.DEDUP_NEAR_DUPLICATES),
+        table_key(T.CURATED_EXACT_DUPLICATES),
+        table_key(T.DEDUP_NEAR_DUPLICATES),
     ],
     group_name="tokenized",
     code_version="tokenized-1",
