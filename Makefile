@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TOKENLAKE_HOME ?= $(CURDIR)/.tokenlake
 
-.PHONY: install demo test test-slow lint format bench-ingest clean
+.PHONY: install demo cluster-demo test test-slow lint format bench-ingest clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
@@ -20,6 +20,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m orchestration.demo
+
+# the same steps on PostgreSQL 15 + SeaweedFS (S3) + a 2-node Ray cluster, all on loopback, stopped by PID
+cluster-demo: $(STAMP)
+	$(BIN)/python -m orchestration.local_cluster.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q

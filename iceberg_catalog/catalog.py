@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -27,24 +26,15 @@ import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
+from iceberg_catalog.credentials import SECRET_PROPERTIES, URI_PASSWORD, portable, redact_uri, restored, same_catalog
 from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
 
 DEFAULT_CATALOG_NAME = "tokenlake"
-# property names whose values are secrets: never printed, logged, fingerprinted or written to metadata
-SECRET_PROPERTIES = frozenset(
-    {"s3.secret-access-key", "s3.session-token", "credential", "token", "client.secret-access-key",
-     "client.session-token", "adls.account-key", "gcs.oauth2.token", "rest.signing-secret"}
-)  # fmt: skip
 CHECK_TIMEOUT_S = 10.0
 
 
 class CatalogConfigError(ValueError):
     """The catalog configuration cannot work (unreachable catalog, missing bucket, wrong credentials)."""
-
-
-def redact_uri(uri: str) -> str:
-    """`uri` with the password of its userinfo replaced by `***` (postgresql://user:***@host/db)."""
-    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/:@]*):[^@/]*@", r"\1:***@", uri)
 
 
 def redacted(properties: Mapping[str, str]) -> dict[str, str]:
@@ -69,6 +59,13 @@ class CatalogConfig:
 
     name: str = DEFAULT_CATALOG_NAME
     properties: Mapping[str, str] = field(default_factory=dict)
+    missing: tuple[str, ...] = field(default=(), compare=False)  # secrets that did not travel (see __reduce__)
+
+    def __reduce__(self):
+        """Pickled without secrets; the unpickling process fills them in from its own configuration
+        (`iceberg_catalog.credentials`)."""
+        public, removed = portable(self.properties)
+        return (_unpickle_config, (self.name, public, removed))
 
     @classmethod
     def embedded(cls, home: Path | str | None = None) -> CatalogConfig:
@@ -144,6 +141,11 @@ class CatalogConfig:
 
     def load(self) -> Catalog:
         """Open the catalog (creating the embedded directories when needed)."""
+        if URI_PASSWORD in self.missing or {"credential", "token"} & set(self.missing):
+            raise CatalogConfigError(
+                f"{self.describe()}: its {', '.join(self.missing)} did not travel with this task (secrets never do): "
+                f"give the nodes that run tasks a TOKENLAKE_CATALOG file naming the same catalog"
+            )
         if self.is_embedded_sqlite:
             db = Path(str(self.properties["uri"]).removeprefix("sqlite:///"))
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -282,3 +284,8 @@ def open_catalog(config: CatalogConfig | None = None, *, create: bool = True) ->
     if create:
         ensure_tables(catalog)
     return catalog
+
+
+def _unpickle_config(name: str, public: Mapping[str, str], removed: tuple[str, ...]) -> CatalogConfig:
+    properties, missing = restored(public, removed, same_catalog(public))
+    return CatalogConfig(name, properties, missing)

@@ -36,6 +36,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 
+from iceberg_catalog.credentials import portable, restored, same_warehouse
 from iceberg_catalog.schemas import TABLES, TableDef
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,23 @@ def partition_filter(partition: Mapping[str, str]) -> BooleanExpression:
     return expr
 
 
+def _needs_os_lock(catalog_fingerprint: str) -> bool:
+    """True unless the fingerprint (`CatalogConfig.fingerprint`) names a catalog that is not SQLite."""
+    try:
+        uri = str(json.loads(catalog_fingerprint).get("uri", ""))
+    except (ValueError, AttributeError):
+        return True  # not a catalog fingerprint: lock, to be safe
+    return not uri or uri.startswith("sqlite")
+
+
 @contextmanager
 def table_commit_lock(catalog_fingerprint: str, identifier: str) -> Iterator[None]:
-    """A machine-wide exclusive lock per (catalog, table), held only around the metadata commit."""
+    """A machine-wide exclusive lock per (catalog, table), held only around the metadata commit, for SQLite
+    catalogs (which lose commits under contention). PostgreSQL and REST catalogs detect a conflicting commit
+    themselves (`CommitFailedException`, retried by the committer), across machines: no lock is taken."""
+    if not _needs_os_lock(catalog_fingerprint):
+        yield
+        return
     key = hashlib.sha256(f"{catalog_fingerprint}|{identifier}".encode()).hexdigest()[:24]
     lock_dir = Path(tempfile.gettempdir()) / "tokenlake-locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +137,13 @@ class TaskOutput:
     run: str
     task_index: int
     io_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __reduce__(self):
+        """Pickled without secrets; the unpickling process takes them from its own configuration when it has
+        the same warehouse, else S3's credential chain (`iceberg_catalog.credentials`)."""
+        public, removed = portable(self.io_properties)
+        args = (self.table, self.location, dict(self.partition), self.run, self.task_index, public, removed)
+        return (_unpickle_output, args)
 
     def path(self, n: int, attempt: str) -> str:
         name = "-".join(f"{k}={v}".replace("/", "_") for k, v in sorted(self.partition.items())) or "all"
@@ -229,6 +251,11 @@ class FileWriter:
         """Finish the last file; what was written, for the commit."""
         self._close_file()
         return WrittenFiles(self.identifier, self.partition, self.output.task_index, tuple(self.paths), self.rows)
+
+
+def _unpickle_output(table, location, partition, run, task_index, public, removed) -> TaskOutput:
+    properties, _ = restored(public, removed, same_warehouse(location))
+    return TaskOutput(table, location, partition, run, task_index, properties)
 
 
 def task_output(

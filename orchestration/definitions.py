@@ -20,9 +20,9 @@ from resources import (
     EvalBenchmarksResource,
     IcebergCatalogResource,
     LanguageModelResource,
-    LocalCrawlSource,
     TaskExecutorResource,
     TokenizerResource,
+    crawl_source_for,
     lineage_resource,
 )
 
@@ -32,13 +32,13 @@ STATES = (raw, curated, dedup, tokenized, quarantine, run_view, governance)
 
 
 def resources(crawl_root: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Default resources: the embedded catalog, the crawl directory `crawl_root` (default `TOKENLAKE_CRAWL_ROOT`,
-    else the sample crawl shipped in the repo), the KenLM model from `TOKENLAKE_LM_PATH` (default:
-    curated/reference_lm), tasks in-process."""
+    """Default resources: the embedded catalog, the crawl at `crawl_root` (a directory or `s3://BUCKET/PREFIX`;
+    default `TOKENLAKE_CRAWL_ROOT`, else the sample crawl shipped in the repo), the KenLM model from
+    `TOKENLAKE_LM_PATH` (default: curated/reference_lm), tasks in-process."""
     root = crawl_root or os.environ.get("TOKENLAKE_CRAWL_ROOT") or str(SAMPLE_CRAWL)
     return {
         "catalog": IcebergCatalogResource(),
-        "crawl_source": LocalCrawlSource(root=root),
+        "crawl_source": crawl_source_for(root),
         "lm": LanguageModelResource(model_path=os.environ.get("TOKENLAKE_LM_PATH", "")),
         "tokenizer": TokenizerResource(),
         "benchmarks": EvalBenchmarksResource(),

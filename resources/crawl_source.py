@@ -12,6 +12,7 @@ import fnmatch
 import gzip
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -47,12 +48,45 @@ def parse_partition_key(key: str) -> SegmentRef:
     return SegmentRef(crawl, segment)
 
 
-class LocalCrawlSource(dg.ConfigurableResource):
+class CrawlSource(dg.ConfigurableResource):
+    """What raw ingest and the `new_crawl_segments` sensor need from a crawl: its segments, a segment's WARC
+    files (URIs tasks can open wherever they run), a fingerprint of them, the licence basis, and the S3
+    endpoint tasks read through (None: local files, or the AWS chain's). Never a secret: every process that
+    runs tasks takes credentials from its own environment (the AWS chain: `AWS_ACCESS_KEY_ID`, `AWS_PROFILE`,
+    an instance role)."""
+
+    licence_basis: str = COMMON_CRAWL_TERMS
+    file_glob: str = "*.warc.gz"
+
+    def list_segments(self) -> list[SegmentRef]:
+        raise NotImplementedError
+
+    def warc_files(self, ref: SegmentRef) -> list[WarcFileRef]:
+        raise NotImplementedError
+
+    def fingerprint(self, files: list[WarcFileRef]) -> str:
+        """sha256 over the file names and sizes a partition was built from (recorded as provenance)."""
+        return files_fingerprint(files)
+
+    @property
+    def s3_endpoint(self) -> str | None:
+        return None
+
+
+def crawl_source_for(root: str) -> CrawlSource:
+    """`s3://BUCKET[/PREFIX]` -> `S3CrawlSource` (endpoint from `AWS_ENDPOINT_URL`), anything else a directory."""
+    if root.startswith(("s3://", "s3a://")):
+        bucket, _, prefix = root.split("://", 1)[1].partition("/")
+        if not bucket:
+            raise ValueError(f"crawl root {root!r} names no bucket (want s3://BUCKET[/PREFIX])")
+        return S3CrawlSource(bucket=bucket, prefix=prefix.strip("/"), endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+    return LocalCrawlSource(root=root)
+
+
+class LocalCrawlSource(CrawlSource):
     """A local directory mirroring Common Crawl's layout; `licence_basis` is stamped on every raw row."""
 
     root: str
-    licence_basis: str = COMMON_CRAWL_TERMS
-    file_glob: str = "*.warc.gz"
 
     def _root(self) -> Path:
         root = Path(self.root).expanduser().resolve()
@@ -76,10 +110,6 @@ class LocalCrawlSource(dg.ConfigurableResource):
             raise FileNotFoundError(f"segment {ref.partition_key!r} not found: {str(warc_dir)!r} is not a directory")
         return [WarcFileRef(p.as_uri(), p.stat().st_size) for p in sorted(warc_dir.glob(self.file_glob)) if p.is_file()]
 
-    def fingerprint(self, files: list[WarcFileRef]) -> str:
-        """sha256 over the file names and sizes a partition was built from (recorded as provenance)."""
-        return files_fingerprint(files)
-
 
 def files_fingerprint(files: list[WarcFileRef]) -> str:
     """sha256 over the file names and sizes (not the location: a local mirror and the bucket agree)."""
@@ -87,11 +117,12 @@ def files_fingerprint(files: list[WarcFileRef]) -> str:
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
 
 
-class S3CrawlSource(dg.ConfigurableResource):
+class S3CrawlSource(CrawlSource):
     """Common Crawl's layout in an S3 bucket (`s3://commoncrawl/crawl-data/CC-MAIN-.../segments/.../warc/`),
     through dagster-aws's `S3Resource` client. Segments come from each crawl's `warc.paths.gz` where present,
-    else from listing `segments/`. Ingest tasks stream the `s3://` URIs (`assets.raw.ingest.open_uri`), with
-    the endpoint and credentials of the standard AWS chain (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...)."""
+    else from listing `segments/`. Ingest tasks stream the `s3://` URIs (`assets.raw.ingest.open_uri`) through
+    `endpoint_url`; credentials come from the standard AWS chain of the process that reads (listing here, each
+    task on its node): a key in the resource would reach the listing but not the tasks, so there is none."""
 
     bucket: str = Field(default="commoncrawl", description="the bucket holding crawl-data/")
     prefix: str = Field(default="", description="key prefix before crawl-data/ (empty: the bucket root)")
@@ -100,11 +131,11 @@ class S3CrawlSource(dg.ConfigurableResource):
     )
     endpoint_url: str | None = Field(default=None, description="S3 endpoint (None: AWS, or AWS_ENDPOINT_URL)")
     region_name: str | None = Field(default=None, description="S3 region (None: the AWS chain's)")
-    aws_access_key_id: str | None = Field(default=None, description="None: the AWS credential chain")
-    aws_secret_access_key: str | None = Field(default=None, description="None: the AWS credential chain")
     max_attempts: int = Field(default=5, description="attempts per S3 request (retries with backoff)")
-    licence_basis: str = COMMON_CRAWL_TERMS
-    file_glob: str = "*.warc.gz"
+
+    @property
+    def s3_endpoint(self) -> str | None:
+        return self.endpoint_url
 
     def _client(self):
         from dagster_aws.s3 import S3Resource
@@ -112,8 +143,6 @@ class S3CrawlSource(dg.ConfigurableResource):
         return S3Resource(
             endpoint_url=self.endpoint_url,
             region_name=self.region_name,
-            aws_access_key_id=self.aws_access_key_id,
-            aws_secret_access_key=self.aws_secret_access_key,
             max_attempts=self.max_attempts,
         ).get_client()
 
@@ -169,7 +198,3 @@ class S3CrawlSource(dg.ConfigurableResource):
         if not files:
             raise FileNotFoundError(f"segment {ref.partition_key!r} not found: s3://{self.bucket}/{prefix} is empty")
         return sorted(files, key=lambda f: f.uri)
-
-    def fingerprint(self, files: list[WarcFileRef]) -> str:
-        """sha256 over the file names and sizes a partition was built from (recorded as provenance)."""
-        return files_fingerprint(files)

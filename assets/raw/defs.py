@@ -14,7 +14,7 @@ from assets.raw import ingest
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks
 from iceberg_catalog.erasure import erasure
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
-from resources import IcebergCatalogResource, LocalCrawlSource, parse_partition_key
+from resources import CrawlSource, IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
 WARC_RECORDS = dg.AssetKey(["raw", "warc_records"])
@@ -60,13 +60,13 @@ def raw_warc_ingest(
     context: dg.AssetExecutionContext,
     config: RawIngestConfig,
     catalog: IcebergCatalogResource,
-    crawl_source: LocalCrawlSource,
+    crawl_source: CrawlSource,
     executor: TaskExecutorResource,
 ):
     """Plan one task per WARC file of the segment, run them on the executor, commit both tables."""
     params, lakehouse = params_from(ingest.IngestParams, config), catalog.lakehouse()
     files = crawl_source.warc_files(parse_partition_key(context.partition_key))
-    source = segment_source(context.partition_key, files, crawl_source.licence_basis)
+    source = segment_source(context.partition_key, files, crawl_source.licence_basis, crawl_source.s3_endpoint)
     tasks = ingest.plan(lakehouse, source, params, context.run.run_id)
     t0 = time.perf_counter()
     results = run_tasks(context, executor.executor(), ingest.run_task, tasks)
@@ -83,10 +83,11 @@ def raw_warc_ingest(
     )
 
 
-def segment_source(partition_key: str, files, licence_basis: str) -> ingest.SegmentSource:
+def segment_source(partition_key: str, files, licence_basis: str, s3_endpoint: str | None = None):
     """What the plan reads: the segment's WARC files in name order, stamped with the licence and the time."""
     ref = parse_partition_key(partition_key)
-    return ingest.SegmentSource(ref.crawl, ref.segment, tuple(f.uri for f in files), licence_basis, datetime.now(UTC))
+    uris = tuple(f.uri for f in files)
+    return ingest.SegmentSource(ref.crawl, ref.segment, uris, licence_basis, datetime.now(UTC), s3_endpoint)
 
 
 def rejects_metadata(stats: ingest.SegmentStats, commit) -> dict:
@@ -147,7 +148,7 @@ def new_segment_keys(discovered: list[str], cursor: str | None) -> tuple[list[st
     description="Adds each new <CRAWL>/<SEGMENT> of the crawl source as a dynamic partition and requests "
     "its raw ingest. The cursor holds every key already seen, so a tick never repeats a request.",
 )
-def new_crawl_segments(context: dg.SensorEvaluationContext, crawl_source: LocalCrawlSource):
+def new_crawl_segments(context: dg.SensorEvaluationContext, crawl_source: CrawlSource):
     discovered = [ref.partition_key for ref in crawl_source.list_segments()]
     new, cursor = new_segment_keys(discovered, context.cursor)
     if not new:

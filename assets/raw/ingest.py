@@ -57,17 +57,20 @@ class IngestTask:
     params: IngestParams
     rows_out: TaskOutput
     rejects_out: TaskOutput
+    s3_endpoint: str | None = None  # for s3:// files (None: the AWS chain's); credentials: the node's own
 
 
 @dataclass(frozen=True)
 class SegmentSource:
-    """One segment's input: its WARC file URIs in ingest (name) order, its licence basis, the ingest time."""
+    """One segment's input: its WARC file URIs in ingest (name) order, its licence basis, the ingest time, the
+    S3 endpoint of `s3://` files (never a credential: tasks take those from their own environment)."""
 
     crawl: str
     segment: str
     files: tuple[str, ...]
     licence_basis: str
     ingested_at: datetime
+    s3_endpoint: str | None = None
 
     @property
     def partition(self) -> dict[str, str]:
@@ -88,20 +91,22 @@ def plan(lakehouse: Lakehouse, source: SegmentSource, params: IngestParams, run:
             params,
             lakehouse.output(RAW_WARC_RECORDS, source.partition, run, i),
             lakehouse.output(RAW_REJECTED_RECORDS, source.partition, run, i),
+            source.s3_endpoint,
         )
         for i, start in enumerate(range(0, len(source.files), step))
     ]
 
 
-def open_uri(uri: str) -> BinaryIO:
+def open_uri(uri: str, s3_endpoint: str | None = None) -> BinaryIO:
     """A WARC file by URI, streamed (never staged whole): `file://` (or a plain path) here, `s3://` through
-    `S3Stream` (ranged reads resumed with bounded retries, timeouts; endpoint and credentials from the standard
-    AWS chain: `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), other schemes through pyarrow's filesystems."""
+    `S3Stream` (ranged reads resumed with bounded retries, timeouts; at `s3_endpoint`, else the AWS chain's
+    `AWS_ENDPOINT_URL`; credentials from the AWS chain), other schemes through pyarrow's filesystems."""
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return open(unquote(parsed.path) if parsed.scheme else uri, "rb")
     if parsed.scheme in ("s3", "s3a"):
-        return io.BufferedReader(S3Stream(parsed.netloc, unquote(parsed.path.lstrip("/"))), buffer_size=1 << 20)
+        stream = S3Stream(parsed.netloc, unquote(parsed.path.lstrip("/")), client=s3_client(s3_endpoint))
+        return io.BufferedReader(stream, buffer_size=1 << 20)
     from pyarrow import fs as pafs
 
     filesystem, path = pafs.FileSystem.from_uri(uri)
@@ -164,15 +169,16 @@ class S3Stream(io.RawIOBase):
         super().close()
 
 
-def s3_client():
-    """A boto3 S3 client from the AWS chain, with timeouts; path-style when an endpoint is configured (MinIO,
-    SeaweedFS), the AWS default otherwise."""
+def s3_client(endpoint_url: str | None = None):
+    """A boto3 S3 client with timeouts, credentials from the AWS chain, at `endpoint_url` (None: the chain's);
+    path-style when an endpoint is configured (MinIO, SeaweedFS), the AWS default otherwise."""
     import boto3
     from botocore.config import Config
 
-    custom = bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+    custom = bool(endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
     return boto3.session.Session().client(
         "s3",
+        endpoint_url=endpoint_url or None,
         config=Config(
             connect_timeout=S3_TIMEOUT_S,
             read_timeout=S3_TIMEOUT_S,
@@ -211,7 +217,7 @@ def run_task(task: IngestTask) -> TaskResult:
     per_file = []
     for uri in task.files:
         fs = FileStats(uri)
-        with open_uri(uri) as fh:
+        with open_uri(uri, task.s3_endpoint) as fh:
             for kind, item in read_warc(fh, uri, task.context, fs, max_record_bytes=p.max_record_bytes):
                 if kind == "row":
                     rows.add(item, item["payload_length"] + 512)

@@ -1,0 +1,220 @@
+"""A real Ray cluster on loopback (for `make cluster-demo` and the tests): `ray start --block` processes it owns.
+
+Head on 127.0.0.2, worker on 127.0.0.3 (Ray rewrites 127.0.0.1 to the host address), 1 CPU each, every port
+drawn free, its own temp dir, token auth (Ray 2.60: `RAY_AUTH_MODE=token` and one `RAY_AUTH_TOKEN` in every
+process: head, worker and driver). Stopping kills exactly the process groups started here (SIGTERM, then
+SIGKILL after a timeout: gcs_server may ignore SIGTERM for 10 s), never `ray stop`, which would kill every
+Ray process on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HEAD_IP = "127.0.0.2"
+WORKER_IPS = ("127.0.0.3", "127.0.0.4", "127.0.0.5")
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    """A TCP port free on `ip` right now (bound then released)."""
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def _node_ports(ip: str) -> list[str]:
+    """Every port a node listens on, drawn free, so two clusters (or another test's servers) never collide."""
+    lo = free_port(ip)
+    worker_lo = 20000 + (lo % 20000)  # a 100-port window for worker processes, away from the ephemeral range
+    return [
+        f"--node-manager-port={free_port(ip)}",
+        f"--object-manager-port={free_port(ip)}",
+        f"--dashboard-agent-listen-port={free_port(ip)}",
+        f"--dashboard-agent-grpc-port={free_port(ip)}",
+        f"--runtime-env-agent-port={free_port(ip)}",
+        f"--metrics-export-port={free_port(ip)}",
+        f"--min-worker-port={worker_lo}",
+        f"--max-worker-port={worker_lo + 99}",
+    ]
+
+
+@dataclass
+class RayCluster:
+    """A running cluster: `address` (GCS, host:port) for `ray.init` and the Ray executor, `env` (the auth
+    variables every driver needs), the `ray start` processes and the IP of each node."""
+
+    address: str
+    env: dict[str, str]
+    temp_dir: str
+    client_address: str = ""  # ray://host:port of the head's Ray Client server
+    proc_env: dict[str, str] = field(default_factory=dict, repr=False)  # os.environ + auth, for node processes
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # node ip -> its `ray start --block`
+
+    @property
+    def node_ips(self) -> list[str]:
+        return list(self.procs)
+
+    def worker_pids(self, node_ip: str) -> list[int]:
+        """The PIDs of the Ray worker processes (titled `ray::...`) under `node_ip`'s `ray start`."""
+        return [pid for pid in _descendants(self.procs[node_ip].pid) if cmdline(pid).startswith("ray::")]
+
+    def add_worker(self, node_ip: str, num_cpus: int = 1) -> None:
+        """Start one more worker node on `node_ip` and wait until the cluster sees it."""
+        self.procs[node_ip] = _start(
+            [
+                RAY,
+                "start",
+                "--block",
+                f"--address={self.address}",
+                f"--node-ip-address={node_ip}",
+                f"--num-cpus={num_cpus}",
+                *_node_ports(node_ip),
+            ],
+            self.proc_env,
+            Path(self.temp_dir) / f"node-{node_ip}.log",
+        )
+        wait_for_nodes(self, len(self.procs))
+
+    def stop_node(self, node_ip: str, timeout: float = 5.0) -> None:
+        _stop(self.procs.pop(node_ip), timeout)
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process from /proc (Linux), None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line (a Ray worker's shows its title, e.g. `ray::IDLE` or `ray::<task name>`)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (children of children, ...)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _proc_stat(int(entry.name))) is not None:
+            parents.setdefault(st[1], []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as fh:
+        return subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM the process group we created (and any descendant that left it), SIGKILL what is left."""
+    family = [proc.pid, *_descendants(proc.pid)]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    for pid in family[1:]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(p) for p in family):
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 90.0) -> None:
+    """Until `n` nodes are alive (asked from a short-lived driver process, so this process stays unconnected)."""
+    probe = (
+        "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False);"
+        "print(sum(1 for x in ray.nodes() if x['Alive']))"
+    )
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        for ip, proc in cluster.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"ray node {ip} exited with {proc.returncode}; see {cluster.temp_dir}")
+        r = subprocess.run(
+            [sys.executable, "-c", probe, cluster.address],
+            env=cluster.proc_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        last = (r.stdout.strip().splitlines() or [""])[-1] + r.stderr[-500:]
+        if r.returncode == 0 and last.split()[0].isdigit() and int(last.split()[0]) >= n:
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"ray cluster at {cluster.address}: fewer than {n} nodes alive after {timeout}s: {last}")
+
+
+@contextlib.contextmanager
+def ray_cluster(workers: int = 1, cpus_per_node: int = 1, head_cpus: int | None = None) -> Iterator[RayCluster]:
+    """A head (127.0.0.2) plus `workers` worker nodes (127.0.0.3, ...), `cpus_per_node` CPUs each (the head:
+    `head_cpus`, default the same; 0 = it runs no task); yields the running cluster; stops exactly the
+    processes it started, whatever happens."""
+    temp_dir = tempfile.mkdtemp(prefix="tlray", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_ADDRESS", None)
+    port = free_port(HEAD_IP)
+    auth = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    client_port = free_port(HEAD_IP)
+    cluster = RayCluster(f"{HEAD_IP}:{port}", auth, temp_dir, f"ray://{HEAD_IP}:{client_port}", env)
+    try:
+        cluster.procs[HEAD_IP] = _start(
+            [
+                RAY,
+                "start",
+                "--head",
+                "--block",
+                f"--node-ip-address={HEAD_IP}",
+                f"--port={port}",
+                f"--num-cpus={cpus_per_node if head_cpus is None else head_cpus}",
+                f"--temp-dir={temp_dir}",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--ray-client-server-port={client_port}",
+                *_node_ports(HEAD_IP),
+            ],
+            env,
+            Path(temp_dir) / "head.log",
+        )
+        wait_for_nodes(cluster, 1)
+        for ip in WORKER_IPS[:workers]:
+            cluster.add_worker(ip, cpus_per_node)
+        yield cluster
+    finally:
+        for ip in reversed(list(cluster.procs)):
+            _stop(cluster.procs.pop(ip), 5.0)
+        shutil.rmtree(temp_dir, ignore_errors=True)
