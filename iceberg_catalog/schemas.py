@@ -460,6 +460,63 @@ GOVERNANCE_DELETION_REQUESTS = TableDef(
     partition_by=("request_id",),
 )
 
+# Versioned policies (curation thresholds, run-view mixture, deletion policy): one row per version, the kind's
+# partition rewritten on each change, so the table's snapshot history is the audit log. Exactly one version per
+# kind is `active`; version 0 is the code's defaults (written when the first proposal of the kind is applied).
+GOVERNANCE_POLICIES = TableDef(
+    "governance",
+    "policies",
+    _fields(
+        (1, "kind", StringType(), True),  # thresholds | mixture | deletion
+        (2, "version", LongType(), True),
+        (3, "policy_json", StringType(), True),  # canonical JSON (sorted keys), the bytes hashed
+        (4, "policy_sha256", StringType(), True),
+        (5, "parent_version", LongType(), False),
+        (6, "status", StringType(), True),  # active | retired | rolled_back
+        (7, "created_by", StringType(), True),  # the proposer (a person or agent:<name>)
+        (8, "approved_by", StringType(), False),
+        (9, "proposal_id", StringType(), False),
+        (10, "created_at", TimestamptzType(), True),
+        (11, "activated_at", TimestamptzType(), False),
+    ),
+    partition_by=("kind",),
+)
+
+# Policy change proposals: the frozen part (everything hashed into proposal_sha256) never changes; status moves
+# proposed -> approved | rejected, approved -> applied, applied -> rolled_back, each move one commit rewriting
+# only this proposal's partition. The dry-run report names documents by doc_id only (no text, no URL).
+GOVERNANCE_PROPOSALS = TableDef(
+    "governance",
+    "proposals",
+    _fields(
+        (1, "proposal_id", StringType(), True),  # prop-<16 hex>
+        (2, "kind", StringType(), True),  # the policy kind it changes, or `report` (never applied)
+        (3, "base_version", LongType(), True),  # the active version the proposal was made against
+        (4, "old_json", StringType(), True),  # canonical JSON of the base version
+        (5, "new_json", StringType(), True),  # canonical JSON of the proposed policy
+        (6, "diff_json", StringType(), True),  # [{path, old, new}]
+        (7, "proposal_sha256", StringType(), True),  # sha256 of the canonical frozen part
+        (8, "proposed_by", StringType(), True),  # a person, or agent:<name>
+        (9, "proposer_input", StringType(), False),  # verbatim
+        (10, "tool_outputs", StringType(), False),  # verbatim
+        (11, "reason", StringType(), False),
+        (12, "dry_run_json", StringType(), True),
+        (13, "status", StringType(), True),  # proposed | approved | rejected | applied | rolled_back
+        (14, "reviewer", StringType(), False),
+        (15, "decision_comment", StringType(), False),
+        (16, "rollback_of", StringType(), False),  # the applied proposal this one undoes
+        (17, "rolled_back_by", StringType(), False),
+        (18, "new_version", LongType(), False),  # the policy version applying it made active
+        (19, "applied_json", StringType(), False),  # what applying changed: partitions, actual flips vs dry-run
+        (20, "created_at", TimestamptzType(), True),
+        (21, "decided_at", TimestamptzType(), False),
+        (22, "applied_at", TimestamptzType(), False),
+        (23, "decided_by_run_id", StringType(), False),
+        (24, "applied_by_run_id", StringType(), False),
+    ),
+    partition_by=("proposal_id",),
+)
+
 TABLES: dict[str, TableDef] = {
     t.identifier: t
     for t in (
@@ -479,5 +536,7 @@ TABLES: dict[str, TableDef] = {
         RUN_VIEW_MANIFESTS,
         RUN_VIEW_SAMPLES,
         GOVERNANCE_DELETION_REQUESTS,
+        GOVERNANCE_POLICIES,
+        GOVERNANCE_PROPOSALS,
     )
 }

@@ -20,6 +20,9 @@ tokenlake delete KEY_TYPE VALUE --reason TEXT --requested-by NAME [--now]
 tokenlake deletions [REQUEST_ID]      deletion requests, or one request's deletion report
 tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs N]
                                       WARC record -> curated decisions -> tokens -> run views and steps
+tokenlake propose threshold|mixture|deletion ... --by WHO
+tokenlake proposals list|show|approve|reject|apply|rollback|verify
+                                      policy changes as reviewed proposals (orchestration/propose.py)
 """
 
 from __future__ import annotations
@@ -306,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     prov.add_argument("--global-batch-size", type=int, default=None, help="to list the global steps serving it")
     prov.add_argument("--epochs", type=int, default=1, help="epochs to list steps for")
     prov.set_defaults(fn=cmd_provenance)
+    from orchestration.propose import register as register_proposals  # propose, proposals
+
+    register_proposals(sub)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -12,6 +12,7 @@ import dagster as dg
 from assets.curated import curate, models
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import CurateParams
+from assets.governance.policies import governed_params, policy_stamp
 from assets.partitions import crawl_segments
 from assets.plots import histogram_markdown
 from assets.raw.defs import WARC_RECORDS
@@ -168,6 +169,7 @@ def curated_documents(
         catalog.lakehouse(),
     )
     lm_path, run, tasks_executor = lm.path(), context.run.run_id, executor.executor()
+    params, policy = governed_params(lakehouse, params)  # the approved thresholds, unless the config is ad hoc
     upstream = lakehouse.snapshot_ids([RAW_WARC_RECORDS])
     t0 = time.perf_counter()
     tasks = curate.plan(lakehouse, upstream[RAW_WARC_RECORDS.identifier], ref.crawl, ref.segment, params, lm_path, run)
@@ -175,13 +177,15 @@ def curated_documents(
     bucket_tasks = curate.bucket_plan(lakehouse, ref.crawl, ref.segment, staged, curate.cutoffs(staged, params), run)
     results = run_tasks(context, tasks_executor, curate.run_bucket_task, bucket_tasks)
     hashed = {**params.hashed(), "lm_path": Path(lm_path).name}
-    commit = curate.commit(
-        lakehouse, ref.crawl, ref.segment, staged, results, provenance(context, DOCUMENTS, hashed, upstream)
-    )
+    prov = provenance(context, DOCUMENTS, hashed, upstream, policy)
+    commit = curate.commit(lakehouse, ref.crawl, ref.segment, staged, results, prov)
     stats = curate.PartitionStats.of(staged)
-    context.log.info("%s: %d documents, funnel %s", ref.partition_key, stats.rows, stats.funnel())
+    context.log.info("%s: %d documents under %s, funnel %s", ref.partition_key, stats.rows, policy, stats.funnel())
     return dg.MaterializeResult(
-        metadata=documents_metadata(ref.partition_key, stats, commit, upstream, len(tasks), time.perf_counter() - t0)
+        metadata={
+            **documents_metadata(ref.partition_key, stats, commit, upstream, len(tasks), time.perf_counter() - t0),
+            **policy,
+        }
     )
 
 
@@ -230,9 +234,10 @@ def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogR
     lakehouse = catalog.lakehouse()
     upstream = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
     found = curate.exact_duplicates(lakehouse, upstream[CURATED_DOCUMENTS.identifier])
-    commit = curate.commit_exact_duplicates(
-        lakehouse, found, provenance(context, EXACT_DUPLICATES, curate.EXACT_DEDUP_CONFIG, upstream)
+    prov = provenance(
+        context, EXACT_DUPLICATES, curate.EXACT_DEDUP_CONFIG, upstream, policy_stamp(lakehouse, "thresholds")
     )
+    commit = curate.commit_exact_duplicates(lakehouse, found, prov)
     n_dup = found.rows.num_rows
     context.log.info("%d exact duplicates among %d kept documents", n_dup, found.kept)
     return dg.MaterializeResult(

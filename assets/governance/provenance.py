@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pyiceberg.expressions import EqualTo, In
 
+from assets.governance.policies import decided_by
 from assets.raw.urls import deletion_key
 from iceberg_catalog import Lakehouse
 from iceberg_catalog.schemas import (
@@ -115,6 +116,7 @@ def document_provenance(lakehouse: Lakehouse, doc: dict, global_batch_size: int 
         "doc_id": did,
         "raw_record": _iso(raw[0]) if raw else None,
         "curated": _iso(doc),
+        "decided_by_policy": decided_by(lakehouse, doc["crawl"], doc["segment"]),
         "exact_duplicate": exact[0] if exact else None,
         "near_duplicate": near[0] if near else None,
         "quarantine_matches": matches,

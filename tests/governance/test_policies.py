@@ -1,0 +1,191 @@
+"""Versioned policies: canonical JSON and hashes, version bookkeeping in a real catalog, what curation reads
+(the active version, or an ad-hoc Launchpad config), the reviewer list, and the dry-run's polars decision
+against the pipeline's own decision functions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import polars as pl
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from assets.curated.langid import language_decision
+from assets.curated.pipeline import CurateParams
+from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_decision
+from assets.governance import policies, proposals
+from iceberg_catalog import Provenance
+from tests.governance.policy_builders import document_rows, write_documents
+
+PROV = Provenance("governance/proposals", "test", "test-run", "test", "test")
+
+
+def test_canonical_json_ignores_key_order_and_hashes_the_bytes():
+    a = policies.canonical_json({"b": 1, "a": [1.5, None, "é"]})
+    assert a == policies.canonical_json({"a": [1.5, None, "é"], "b": 1}) == '{"a":[1.5,null,"é"],"b":1}'
+    assert policies.sha256_hex(a) == policies.sha256_hex(policies.canonical_json(json.loads(a)))
+    with pytest.raises(ValueError):
+        policies.canonical_json({"x": float("nan")})
+
+
+def test_the_default_thresholds_policy_round_trips_to_the_default_params():
+    policy = policies.default_policy("thresholds")
+    assert policies.with_thresholds(CurateParams(), policy) == CurateParams()
+    assert policy["quality"]["gopher_min_words"] == 50 and policy["language_threshold"] == 0.65
+    changed = proposals.set_threshold(policy, "quality.gopher_min_words", 30)
+    assert policies.with_thresholds(CurateParams(), changed).quality.gopher_min_words == 30
+    assert proposals.set_threshold(policy, "gopher_min_words", 30) == changed
+    assert proposals.diff(policy, changed) == [{"path": "quality.gopher_min_words", "old": 50, "new": 30}]
+
+
+def test_unusable_policies_are_refused():
+    policy = policies.default_policy("thresholds")
+    with pytest.raises(ValueError, match="unknown threshold 'gopher_min_wordz'"):
+        proposals.set_threshold(policy, "gopher_min_wordz", 30)
+    with pytest.raises(TypeError):
+        policies.validate_policy("thresholds", {**policy, "quality": {**policy["quality"], "bogus": 1}})
+    with pytest.raises(ValueError, match="exactly"):
+        policies.validate_policy("thresholds", {"language_threshold": 0.5})
+    with pytest.raises(ValueError, match="components"):
+        policies.validate_policy("mixture", {"components": []})
+    with pytest.raises(ValueError, match="key_type"):
+        policies.validate_policy("deletion", {"rules": [{"key_type": "colour", "value": "red"}]})
+    with pytest.raises(ValueError, match="policy kind"):
+        policies.default_policy("schedule")
+
+
+def test_versions_activate_and_restore(lakehouse):
+    assert policies.versions(lakehouse, "thresholds") == []
+    v0 = policies.active(lakehouse, "thresholds")
+    assert (v0.version, v0.created_by, v0.label) == (0, policies.CODE_DEFAULTS, "thresholds/0")
+    new = proposals.set_threshold(v0.policy, "gopher_min_words", 30)
+    v1 = policies.activate(lakehouse, "thresholds", new, "agent:tuner", "bob", "prop-1", PROV)
+    stored = {p.version: p for p in policies.versions(lakehouse, "thresholds")}
+    assert {v: p.status for v, p in stored.items()} == {0: "retired", 1: "active"}
+    assert (stored[1].parent_version, stored[1].created_by, stored[1].approved_by) == (0, "agent:tuner", "bob")
+    assert stored[0].sha256 == v0.sha256 and stored[1].sha256 == policies.sha256_hex(policies.canonical_json(new))
+    snap = lakehouse.table(policies.GOVERNANCE_POLICIES).current_snapshot()
+    assert snap.summary.additional_properties["tokenlake.policy-version"] == "thresholds/1" == v1.label
+
+    restored = policies.restore(lakehouse, "thresholds", 0, PROV)
+    stored = {p.version: p.status for p in policies.versions(lakehouse, "thresholds")}
+    assert stored == {0: "active", 1: "rolled_back"} and restored.policy == v0.policy
+    assert policies.active(lakehouse, "mixture").version == 0  # kinds are independent
+
+
+def test_curation_reads_the_active_version_unless_the_config_is_ad_hoc(lakehouse):
+    params, stamp = policies.governed_params(lakehouse, CurateParams())
+    assert params == CurateParams() and stamp["policy-version"] == "thresholds/0"
+    base = policies.active(lakehouse, "thresholds")
+    policies.activate(
+        lakehouse, "thresholds", proposals.set_threshold(base.policy, "language_threshold", 0.5), "a", "b", "p", PROV
+    )
+    params, stamp = policies.governed_params(lakehouse, CurateParams())
+    assert params.language_threshold == 0.5 and stamp["policy-version"] == "thresholds/1"
+    adhoc = dataclasses.replace(CurateParams(), quality=QualityThresholds(gopher_min_words=10))
+    params, stamp = policies.governed_params(lakehouse, adhoc)
+    assert params == adhoc and stamp["policy-version"] == policies.ADHOC
+    # knobs that decide nothing (workers, chunking) are not an experiment
+    params, stamp = policies.governed_params(lakehouse, dataclasses.replace(CurateParams(), workers=2))
+    assert params.language_threshold == 0.5 and params.workers == 2 and stamp["policy-version"] == "thresholds/1"
+
+
+def test_reviewer_list_comes_from_the_instance_configuration(tokenlake_home, monkeypatch):
+    assert policies.reviewers() == frozenset()
+    tokenlake_home.mkdir(parents=True, exist_ok=True)
+    (tokenlake_home / "governance.yaml").write_text("reviewers: [alice, ' bob ']\nfunnel_drift_margin: 0.2\n")
+    assert policies.reviewers() == {"alice", "bob"} and policies.funnel_drift_margin() == 0.2
+    (tokenlake_home / "governance.yaml").write_text("reviewers: alice\n")
+    with pytest.raises(ValueError, match="list of names"):
+        policies.reviewers()
+    other = tokenlake_home / "elsewhere.yaml"
+    other.write_text("reviewers: [carol]\n")
+    monkeypatch.setenv(policies.GOVERNANCE_CONFIG_ENV, str(other))
+    assert policies.reviewers() == {"carol"}
+
+
+# ---- the polars decision is the pipeline's decision ---------------------------------------------------------
+
+_FLOAT_SIGNAL = st.floats(min_value=0, max_value=1, allow_nan=False)
+
+
+def _signals():
+    return st.fixed_dictionaries(
+        {name: (st.integers(0, 200) if kind == "int" else _FLOAT_SIGNAL) for name, kind in QUALITY_SIGNAL_TYPES.items()}
+    )
+
+
+def _thresholds():
+    fields = {f.name: f for f in dataclasses.fields(QualityThresholds)}
+    strategies = {}
+    for name, f in fields.items():
+        if isinstance(f.default, bool):
+            strategies[name] = st.booleans()
+        elif isinstance(f.default, int):
+            strategies[name] = st.one_of(st.none(), st.integers(0, 120))
+        else:
+            strategies[name] = st.one_of(st.none(), _FLOAT_SIGNAL)
+    return st.fixed_dictionaries(strategies)
+
+
+@given(
+    rows=st.lists(st.tuples(_signals(), st.floats(0, 1), st.sampled_from(["en", "de", "fr"])), min_size=1, max_size=8),
+    quality=_thresholds(),
+    language_threshold=st.floats(0, 1),
+    allowed=st.one_of(st.none(), st.lists(st.sampled_from(["en", "de", "fr"]), max_size=2)),
+)
+def test_polars_decision_equals_the_pipeline_decision(rows, quality, language_threshold, allowed):
+    policy = {**policies.default_policy("thresholds"), "quality": quality}
+    policy.update(language_threshold=language_threshold, allowed_languages=allowed)
+    frame = pl.DataFrame(
+        [{**s, "language_score": score, "language": lang, "decision": None} for s, score, lang in rows]
+    )
+    got = proposals.predicted(frame.lazy(), policy, "d").collect()["d"].to_list()
+    t = QualityThresholds(**quality)
+    want = [
+        language_decision(lang, score, language_threshold, set(allowed) if allowed is not None else None)
+        or quality_decision(s, t)
+        for s, score, lang in rows
+    ]
+    assert got == want
+
+
+def test_dry_run_matches_recomputing_every_decision(lakehouse):
+    rows = write_documents(lakehouse)
+    base = policies.active(lakehouse, "thresholds")
+    new = proposals.set_threshold(base.policy, "c4_min_sentences", 1)  # relaxes
+    new = proposals.set_threshold(new, "language_threshold", 0.8)  # tightens
+    report = proposals.dry_run(lakehouse, "thresholds", base.policy, new)
+    assert report["documents"] == len(rows) and report["governed"] == len(rows) - 1
+    assert report["baseline_mismatches"] == 0
+    # brute force: the pipeline's functions on the same signals under the new params
+    params = policies.with_thresholds(CurateParams(), new)
+    recomputed = {r["doc_id"]: r for r in document_rows(len(rows) - 1, params)}
+    to_kept = sorted(d for d, r in recomputed.items() if r["kept"] and not _kept(rows, d))
+    to_dropped = sorted(d for d, r in recomputed.items() if not r["kept"] and _kept(rows, d))
+    assert report["flips"] == {"to_kept": to_kept, "to_dropped": to_dropped}
+    assert to_kept and to_dropped, "the fixture should flip documents both ways"
+    assert sum(r["to_kept"] for r in report["by"]["crawl"]) == len(to_kept)
+    assert {r["value"] for r in report["by"]["domain_class"]} <= {"org", "com", "de"}
+    changed = {c[0]: c[2] for c in report["changed"]}
+    assert changed == {d: r["decision"] for d, r in recomputed.items() if r["decision"] != _decision(rows, d)}
+    assert "f" * 32 not in changed  # the HTTP error row keeps its decision
+    assert report["partitions"] == ["CRAWL-A/seg-1", "CRAWL-B/seg-1"]
+
+
+def _kept(rows, doc_id):
+    return next(r["kept"] for r in rows if r["doc_id"] == doc_id)
+
+
+def _decision(rows, doc_id):
+    return next(r["decision"] for r in rows if r["doc_id"] == doc_id)
+
+
+def test_funnel_drift_names_the_reasons_that_moved(lakehouse):
+    write_documents(lakehouse)
+    none = proposals.funnel_drift(lakehouse, 1.0)
+    assert none["drift"] == [] and (none["previous_crawl"], none["crawl"]) == ("CRAWL-A", "CRAWL-B")
+    found = proposals.funnel_drift(lakehouse, 0.0)
+    assert found["drift"] and all(abs(d["share"] - d["previous_share"]) > 0 for d in found["drift"])

@@ -1,0 +1,250 @@
+"""The policy gate through real Dagster jobs (propose_policy, review_proposal, apply_proposal, verify_proposal)
+on a real embedded lakehouse: the state machine, every refusal (each leaves every table as it was), rollback,
+and report proposals. Re-materialisation under a new version is covered on the demo lakehouse
+(test_policy_end_to_end.py, slow)."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from assets.governance import policies, proposals
+from iceberg_catalog import TABLES
+from tests.governance.policy_builders import write_documents
+
+REVIEWERS = ("alice", "bob")
+PROPOSER = "agent:threshold-tuner"
+
+
+def _defs():
+    from orchestration.definitions import defs
+
+    return defs
+
+
+def run(instance, job: str, op: str, config: dict) -> dg.ExecuteInProcessResult:
+    return (
+        _defs()
+        .resolve_job_def(job)
+        .execute_in_process(instance=instance, run_config={"ops": {op: {"config": config}}}, raise_on_error=False)
+    )
+
+
+def refusal(result: dg.ExecuteInProcessResult) -> str:
+    assert not result.success
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return failures[0].step_failure_data.error.message
+
+
+def propose(instance, name="c4_min_sentences", value="1", by=PROPOSER, **extra) -> dict:
+    config = {"kind": "thresholds", "name": name, "value": value, "proposed_by": by, **extra}
+    res = run(instance, "propose_policy", "record_proposal", config)
+    assert res.success, refusal(res)
+    return proposals.load(_lakehouse(), res.output_for_node("record_proposal"))
+
+
+def decide(instance, row: dict, reviewer="alice", decision="approve", sha=None) -> dg.ExecuteInProcessResult:
+    config = {
+        "proposal_id": row["proposal_id"],
+        "proposal_sha256": sha or row["proposal_sha256"],
+        "reviewer": reviewer,
+        "decision": decision,
+        "comment": "checked the dry-run",
+    }
+    return run(instance, "review_proposal", "decide_proposal", config)
+
+
+def apply(instance, proposal_id: str) -> dg.ExecuteInProcessResult:
+    return run(instance, "apply_proposal", "apply_policy", {"proposal_id": proposal_id})
+
+
+def _lakehouse():
+    from iceberg_catalog import Lakehouse
+
+    return Lakehouse()
+
+
+def state(lakehouse) -> dict:
+    """Every table's metadata location: any commit changes it."""
+    return {ident: lakehouse.table(t).metadata_location for ident, t in TABLES.items()}
+
+
+@pytest.fixture
+def lakehouse(lakehouse, tokenlake_home):
+    """Curated documents with real signals, and alice and bob on the reviewer list."""
+    write_documents(lakehouse)
+    (tokenlake_home / "governance.yaml").write_text(f"reviewers: {list(REVIEWERS)}\n")
+    return lakehouse
+
+
+def test_an_agent_proposes_with_its_input_and_the_dry_run_shows_in_the_ui(lakehouse, instance):
+    row = propose(instance, proposer_input="funnel of CRAWL-B", tool_outputs="c4_n_sentences: 30", reason="too strict")
+    assert (row["status"], row["proposed_by"], row["base_version"]) == ("proposed", PROPOSER, 0)
+    assert (row["proposer_input"], row["tool_outputs"], row["reason"]) == (
+        "funnel of CRAWL-B",
+        "c4_n_sentences: 30",
+        "too strict",
+    )
+    assert json.loads(row["diff_json"]) == [{"path": "quality.c4_min_sentences", "old": 5, "new": 1}]
+    assert row["proposal_sha256"] == proposals.frozen_sha256(row) and row["proposal_id"].startswith("prop-")
+    report = json.loads(row["dry_run_json"])
+    assert report["n_to_kept"] > 0 and report["pinned"]["curated.documents"] is not None
+    event = instance.get_latest_materialization_event(dg.AssetKey(["governance", "proposals"]))
+    md = event.asset_materialization.metadata
+    assert md["proposal_id"].value == row["proposal_id"] and md["proposal_sha256"].value == row["proposal_sha256"]
+    assert md["documents_to_kept"].value == report["n_to_kept"]
+    assert "https://" in md["samples_to_kept"].value and "image/png" in md["flips_plot"].value
+    assert policies.active(lakehouse, "thresholds").version == 0  # proposing changes nothing
+
+
+def test_approve_apply_then_roll_back(lakehouse, instance):
+    row = propose(instance)
+    assert decide(instance, row, reviewer="alice").success
+    res = apply(instance, row["proposal_id"])
+    assert res.success
+    assert res.output_for_node("apply_policy") == ["CRAWL-A/seg-1", "CRAWL-B/seg-1"]
+    applied = proposals.load(lakehouse, row["proposal_id"])
+    assert (applied["status"], applied["reviewer"], applied["new_version"]) == ("applied", "alice", 1)
+    v1 = policies.active(lakehouse, "thresholds")
+    assert (v1.version, v1.parent_version, v1.created_by, v1.approved_by) == (1, 0, PROPOSER, "alice")
+    assert v1.policy["quality"]["c4_min_sentences"] == 1 and v1.proposal_id == row["proposal_id"]
+
+    # without re-materialisation nothing flipped: verification says so and fails
+    res = run(instance, "verify_proposal", "verify_policy", {"proposal_id": row["proposal_id"]})
+    assert "actual flips differ from the dry-run" in refusal(res)
+
+    rb = run(
+        instance,
+        "propose_policy",
+        "record_proposal",
+        {"kind": "rollback", "rollback_of": row["proposal_id"], "proposed_by": "bob"},
+    )
+    rollback = proposals.load(lakehouse, rb.output_for_node("record_proposal"))
+    assert (rollback["rollback_of"], rollback["base_version"]) == (row["proposal_id"], 1)
+    assert json.loads(rollback["new_json"]) == policies.default_policy("thresholds")
+    assert decide(instance, rollback, reviewer="alice").success
+    assert apply(instance, rollback["proposal_id"]).success
+    assert policies.active(lakehouse, "thresholds").version == 0
+    assert {p.version: p.status for p in policies.versions(lakehouse, "thresholds")} == {0: "active", 1: "rolled_back"}
+    assert proposals.load(lakehouse, row["proposal_id"])["status"] == "rolled_back"
+    assert proposals.load(lakehouse, row["proposal_id"])["rolled_back_by"] == rollback["proposal_id"]
+
+
+# ---- refusals: each with its error, each leaving every table as it was -------------------------------------
+
+
+def _refused(lakehouse, result, expected: str, match: str) -> None:
+    message = refusal(result)
+    assert f"Failure: {expected}: " in message, message
+    assert match in message, message
+
+
+def test_a_stale_sha256_is_refused(lakehouse, instance):
+    row = propose(instance)
+    before = state(lakehouse)
+    _refused(lakehouse, decide(instance, row, sha="0" * 64), "StaleProposalHash", "review the proposal as it is")
+    assert state(lakehouse) == before
+
+
+def test_an_unknown_id_is_refused(lakehouse, instance):
+    before = state(lakehouse)
+    _refused(
+        lakehouse,
+        decide(instance, {"proposal_id": "prop-0000", "proposal_sha256": "x"}),
+        "UnknownProposal",
+        "prop-0000",
+    )
+    _refused(lakehouse, apply(instance, "prop-0000"), "UnknownProposal", "prop-0000")
+    assert state(lakehouse) == before
+
+
+def test_approving_twice_is_refused(lakehouse, instance):
+    row = propose(instance)
+    assert decide(instance, row).success
+    before = state(lakehouse)
+    _refused(lakehouse, decide(instance, row, reviewer="bob"), "AlreadyDecided", "already approved (by alice)")
+    _refused(lakehouse, decide(instance, row, reviewer="bob", decision="reject"), "AlreadyDecided", "final")
+    assert state(lakehouse) == before
+
+
+def test_applying_an_unapproved_or_rejected_proposal_is_refused(lakehouse, instance):
+    row = propose(instance)
+    before = state(lakehouse)
+    _refused(lakehouse, apply(instance, row["proposal_id"]), "NotApproved", "is proposed")
+    assert state(lakehouse) == before
+    assert decide(instance, row, decision="reject").success
+    before = state(lakehouse)
+    _refused(lakehouse, apply(instance, row["proposal_id"]), "NotApproved", "is rejected")
+    assert state(lakehouse) == before
+    assert policies.active(lakehouse, "thresholds").version == 0
+
+
+def test_self_approval_is_refused(lakehouse, instance):
+    row = propose(instance, by="alice")
+    before = state(lakehouse)
+    _refused(lakehouse, decide(instance, row, reviewer="alice"), "SelfApproval", "another reviewer must decide")
+    assert state(lakehouse) == before
+
+
+@pytest.mark.parametrize(
+    "reviewer,expected,match",
+    [
+        ("agent:reviewer", "AgentCannotApprove", "never decide"),
+        ("AGENT:alice", "AgentCannotApprove", "never decide"),
+        ("mallory", "NotAReviewer", "not on this instance's reviewer list"),
+        ("", "NotAReviewer", "not on this instance's reviewer list"),
+    ],
+)
+def test_an_agent_or_someone_off_the_list_cannot_approve(lakehouse, instance, reviewer, expected, match):
+    row = propose(instance)
+    before = state(lakehouse)
+    _refused(lakehouse, decide(instance, row, reviewer=reviewer), expected, match)
+    assert state(lakehouse) == before
+
+
+def test_replaying_an_applied_proposal_is_refused(lakehouse, instance):
+    row = propose(instance)
+    assert decide(instance, row).success and apply(instance, row["proposal_id"]).success
+    before = state(lakehouse)
+    _refused(lakehouse, apply(instance, row["proposal_id"]), "AlreadyApplied", "not repeated")
+    assert state(lakehouse) == before
+
+
+def test_a_proposal_whose_base_version_is_no_longer_current_is_refused(lakehouse, instance):
+    first = propose(instance)
+    second = propose(instance, name="language_threshold", value="0.6")
+    third = propose(instance, name="gopher_min_words", value="40")
+    assert decide(instance, first).success and decide(instance, third).success
+    assert apply(instance, first["proposal_id"]).success  # thresholds/1 active; second and third were made on /0
+    before = state(lakehouse)
+    _refused(lakehouse, decide(instance, second), "StaleBaseVersion", "thresholds/1 is active now")
+    _refused(lakehouse, apply(instance, third["proposal_id"]), "StaleBaseVersion", "propose the change again")
+    assert state(lakehouse) == before
+
+
+def test_rolling_back_a_change_that_is_not_applied_or_not_the_latest_is_refused(lakehouse, instance):
+    row = propose(instance)
+    config = {"kind": "rollback", "rollback_of": row["proposal_id"], "proposed_by": "bob"}
+    _refused(lakehouse, run(instance, "propose_policy", "record_proposal", config), "NotApplicable", "only an applied")
+
+
+def test_a_funnel_drift_report_is_filed_and_can_never_be_applied(lakehouse, instance, tokenlake_home):
+    res = run(instance, "file_funnel_report", "record_funnel_report", {"margin": 0.05})
+    report = proposals.load(lakehouse, res.output_for_node("record_funnel_report"))
+    assert (report["kind"], report["proposed_by"]) == ("report", "agent:funnel_drift")
+    assert json.loads(report["dry_run_json"])["drift"]
+    assert decide(instance, report, reviewer="bob").success
+    before = state(lakehouse)
+    _refused(lakehouse, apply(instance, report["proposal_id"]), "NotApplicable", "never applied")
+    assert state(lakehouse) == before
+    # the sensor asks for a report run only when something drifted, once per distinct finding
+    (tokenlake_home / "governance.yaml").write_text("reviewers: [alice]\nfunnel_drift_margin: 1.0\n")
+    sensor = _defs().resolve_sensor_def("funnel_drift")
+    with dg.build_sensor_context(instance=instance, resources={"catalog": _defs().resources["catalog"]}) as ctx:
+        assert isinstance(sensor(ctx), dg.SkipReason)
+    (tokenlake_home / "governance.yaml").write_text("reviewers: [alice]\nfunnel_drift_margin: 0.05\n")
+    with dg.build_sensor_context(instance=instance, resources={"catalog": _defs().resources["catalog"]}) as ctx:
+        request = sensor(ctx)
+    assert request.run_key.startswith("drift-")
