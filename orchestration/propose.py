@@ -48,7 +48,8 @@ def run_job(name: str, op: str | None, config: dict | None, source: str, partiti
         )
     if not res.success:
         failure = next((e for e in res.all_events if e.event_type_value == "STEP_FAILURE"), None)
-        return False, failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
+        message = failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
+        return False, message.removeprefix("dagster._core.definitions.events.Failure: ")
     return True, res.output_for_node(op) if op else None
 
 
