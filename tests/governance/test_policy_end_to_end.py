@@ -1,0 +1,146 @@
+"""The whole policy workflow on the demo lakehouse, with the approval given in the Dagster UI by a headless browser.
+
+`make demo` builds the sample pipeline in a temp TOKENLAKE_HOME; an agent proposes relaxing one curation
+threshold and the dry-run predicts which documents flip; in `dagster dev`, Chromium (Playwright) first launches
+review_proposal with a stale hash (refused, nothing changes) and then with the proposal's hash (approved); the
+proposal is applied (the affected partitions of curated/documents re-materialised under the new version, exact
+duplicates after them) and the documents that actually flipped equal the prediction, doc id by doc id; every new
+snapshot names the version and provenance shows it; a rollback proposal, approved and applied, restores every
+curated table's content digest. The measured numbers are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from assets.governance import policies, proposals
+from assets.governance.provenance import provenance
+from iceberg_catalog import Lakehouse
+from iceberg_catalog.digest import lakehouse_digest
+from iceberg_catalog.schemas import CURATED_DOCUMENTS, TABLES
+from tests.orchestration.dagster_server import dagster_server, graphql
+from tests.run_view.browser import launch_from_launchpad, missing_browser
+from tests.run_view.test_browser_publish import RUN, run_demo
+
+THRESHOLD, VALUE = "quality.gopher_min_alpha_token_frac", "0.7"  # Gopher's 0.8, relaxed
+PROPOSER, REVIEWER = "agent:threshold-tuner", "alice-in-the-browser"
+
+
+def curated_digests(lakehouse: Lakehouse) -> dict:
+    digest = lakehouse_digest(lakehouse)
+    return {ident: digest[ident] for ident in TABLES if ident.startswith(f"{CURATED_DOCUMENTS.namespace}.")}
+
+
+def launchpad_yaml(config: dict) -> str:
+    lines = ["ops:", "  decide_proposal:", "    config:"]
+    return "\n".join(lines + [f"      {k}: {json.dumps(v)}" for k, v in config.items()]) + "\n"
+
+
+@contextmanager
+def keep_screenshots(folder: Path):
+    """Copy the browser's PNGs (the refused and the approved review) to $TOKENLAKE_ARTIFACTS when set (CI)."""
+    try:
+        yield
+    finally:
+        artifacts = os.environ.get("TOKENLAKE_ARTIFACTS")
+        if artifacts:
+            Path(artifacts).mkdir(parents=True, exist_ok=True)
+            for png in folder.glob("*.png"):
+                shutil.copyfile(png, Path(artifacts) / f"review_proposal_{png.name}")
+
+
+def job(name: str, op: str | None, config: dict | None):
+    from orchestration.propose import run_job
+
+    ok, out = run_job(name, op, config, "test")
+    assert ok, out
+    return out
+
+
+@pytest.mark.slow
+def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_home, monkeypatch):
+    reason = missing_browser()
+    if reason:
+        pytest.skip(reason)
+    dagster_home = tmp_path / "dagster"
+    run_demo(tokenlake_home, dagster_home, tmp_path / "demo.log")
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    (tokenlake_home / "governance.yaml").write_text(f"reviewers: [{REVIEWER}, bob]\n")
+    lakehouse = Lakehouse()
+    before = curated_digests(lakehouse)
+
+    pid = job(
+        "propose_policy",
+        "record_proposal",
+        {"kind": "thresholds", "name": THRESHOLD, "value": VALUE, "proposed_by": PROPOSER, "reason": "too strict"},
+    )
+    row = proposals.load(lakehouse, pid)
+    report = json.loads(row["dry_run_json"])
+    predicted = report["flips"]
+    assert report["baseline_mismatches"] == 0 and len(predicted["to_kept"]) > 0
+
+    config = {"proposal_id": pid, "proposal_sha256": "f" * 64, "reviewer": REVIEWER, "decision": "approve"}
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    homes = {"DAGSTER_HOME": str(dagster_home), "TOKENLAKE_HOME": str(tokenlake_home)}
+    with dagster_server(server_dir, "dagster dev", env_extra=homes) as port, keep_screenshots(tmp_path):
+        _, stale = launch_from_launchpad(
+            port, "tokenlake", "review_proposal", launchpad_yaml(config), tmp_path / "stale.png"
+        )
+        assert stale == "FAILURE" and proposals.load(lakehouse, pid)["status"] == "proposed"
+        config |= {"proposal_sha256": row["proposal_sha256"], "comment": "dry-run reviewed in the UI"}
+        run_id, status = launch_from_launchpad(
+            port, "tokenlake", "review_proposal", launchpad_yaml(config), tmp_path / "approve.png"
+        )
+        run = graphql(port, RUN, {"id": run_id})["runOrError"]
+    assert status == "SUCCESS" and {"key": "tokenlake/gate", "value": "policy"} in run["tags"]
+    approved = proposals.load(lakehouse, pid)
+    assert (approved["status"], approved["reviewer"], approved["decided_by_run_id"]) == ("approved", REVIEWER, run_id)
+
+    from orchestration.propose import apply_and_verify
+
+    ok, applied = apply_and_verify(pid)
+    assert ok, applied
+    assert applied["actual_flips"] == predicted and applied["flips_equal_prediction"]
+    assert applied["decision_changes_equal_prediction"]
+    table = lakehouse.table(CURATED_DOCUMENTS)
+    stamped = {
+        s.summary.additional_properties["tokenlake.partition-key"]
+        for s in table.snapshots()
+        if s.summary.additional_properties.get("tokenlake.policy-version") == "thresholds/1"
+    }
+    assert stamped == set(report["partitions"])
+    doc = provenance(lakehouse, doc_id=predicted["to_kept"][0])[0]
+    assert doc["curated"]["kept"] and doc["decided_by_policy"]["policy_version"] == "thresholds/1"
+    after_apply = curated_digests(lakehouse)
+    assert after_apply[CURATED_DOCUMENTS.identifier] != before[CURATED_DOCUMENTS.identifier]
+
+    rb = job("propose_policy", "record_proposal", {"kind": "rollback", "rollback_of": pid, "proposed_by": "bob"})
+    rollback = proposals.load(lakehouse, rb)
+    decision = {
+        "proposal_id": rb,
+        "proposal_sha256": rollback["proposal_sha256"],
+        "reviewer": REVIEWER,
+        "decision": "approve",
+    }
+    job("review_proposal", "decide_proposal", decision)
+    ok, undone = apply_and_verify(rb)
+    assert ok, undone
+    assert undone["actual_flips"] == {"to_kept": predicted["to_dropped"], "to_dropped": predicted["to_kept"]}
+    assert policies.active(lakehouse, "thresholds").version == 0
+    restored = curated_digests(lakehouse)
+    assert restored == before
+    doc = provenance(lakehouse, doc_id=predicted["to_kept"][0])[0]
+    assert not doc["curated"]["kept"] and doc["decided_by_policy"]["policy_version"] == "thresholds/0"
+    print(
+        f"\npolicy end to end: {THRESHOLD} -> {VALUE}; predicted {len(predicted['to_kept'])} to kept, "
+        f"{len(predicted['to_dropped'])} to dropped; actual {len(applied['actual_flips']['to_kept'])} to kept, "
+        f"{len(applied['actual_flips']['to_dropped'])} to dropped; equal doc ids {applied['flips_equal_prediction']}; "
+        f"rollback restores every curated digest: {restored == before}"
+    )
