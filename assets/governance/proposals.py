@@ -410,8 +410,8 @@ def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> di
     """After re-materialisation: the documents whose decision actually changed between the dry-run's pinned
     snapshot and now, against the prediction (doc ids); recorded in `applied_json`."""
     row = require(lakehouse, proposal_id)
-    if row["status"] not in ("applied", "rolled_back"):
-        raise NotApproved(f"proposal {proposal_id} is {row['status']}: nothing was applied to verify")
+    if row["status"] != "applied":
+        raise NotApproved(f"proposal {proposal_id} is {row['status']}: only an applied proposal is verified")
     report = json.loads(row["dry_run_json"])
     pinned = report["pinned"][CURATED_DOCUMENTS.identifier]
     cols = ("doc_id", "decision", "kept")

@@ -74,6 +74,11 @@ def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_
     (tokenlake_home / "governance.yaml").write_text(f"reviewers: [{REVIEWER}, bob]\n")
     lakehouse = Lakehouse()
     before = curated_digests(lakehouse)
+    demo_versions = {
+        s.summary.additional_properties.get("tokenlake.policy-version")
+        for s in lakehouse.table(CURATED_DOCUMENTS).snapshots()
+    }
+    assert demo_versions == {"thresholds/0"}  # the demo's curation ran under the code's defaults, and says so
 
     pid = job(
         "propose_policy",

@@ -248,3 +248,41 @@ def test_a_funnel_drift_report_is_filed_and_can_never_be_applied(lakehouse, inst
     with dg.build_sensor_context(instance=instance, resources={"catalog": _defs().resources["catalog"]}) as ctx:
         request = sensor(ctx)
     assert request.run_key.startswith("drift-")
+
+
+def test_the_applied_proposals_sensor_rematerialises_each_affected_partition_once(lakehouse, instance):
+    sensor = _defs().resolve_sensor_def("applied_proposals")
+    resources = {"catalog": _defs().resources["catalog"]}
+    with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+        assert isinstance(sensor(ctx), dg.SkipReason)
+    row = propose(instance)
+    assert decide(instance, row).success and apply(instance, row["proposal_id"]).success
+    with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+        requests = sensor(ctx)
+    pid = row["proposal_id"]
+    assert [(r.run_key, r.partition_key) for r in requests] == [
+        (f"{pid}:CRAWL-A/seg-1", "CRAWL-A/seg-1"),
+        (f"{pid}:CRAWL-B/seg-1", "CRAWL-B/seg-1"),
+    ]
+    assert all(r.tags["tokenlake/proposal"] == pid for r in requests)
+
+
+def test_mixture_and_deletion_proposals_dry_run_on_the_current_lakehouse(lakehouse, instance, tmp_path):
+    from tests.run_view import builders
+
+    tokenized = builders.write_documents(lakehouse, n_docs=12, first=200)
+    mixture = {"components": [{"name": "a", "weight": 1.0, "filters": {"segment": ["seg-a"]}}]}
+    config = {"kind": "mixture", "policy_json": json.dumps(mixture), "proposed_by": "carol"}
+    res = run(instance, "propose_policy", "record_proposal", config)
+    assert res.success, refusal(res)
+    report = json.loads(proposals.load(lakehouse, res.output_for_node("record_proposal"))["dry_run_json"])
+    assert report["eligible_documents"] == 12
+    assert report["old"]["n_tokens"] > report["new"]["n_tokens"] > 0  # only seg-a's documents
+    assert [r["component"] for r in report["new"]["realised"]] == ["a"]
+
+    doc_id = tokenized[0]["doc_id"]
+    rules = {"rules": [{"key_type": "doc_id", "value": doc_id, "reason": "opt-out"}]}
+    config = {"kind": "deletion", "policy_json": json.dumps(rules), "proposed_by": "carol"}
+    res = run(instance, "propose_policy", "record_proposal", config)
+    report = json.loads(proposals.load(lakehouse, res.output_for_node("record_proposal"))["dry_run_json"])
+    assert report["rules"][0]["rows"] == {"curated.documents": 1, "raw.warc_records": 0, "tokenized.documents": 1}
