@@ -115,6 +115,7 @@ def ingest_metadata(stats: ingest.SegmentStats, commit, tasks: int, seconds: flo
     return {
         "dagster/row_count": stats.rows,
         "iceberg_snapshot_id": str(commit.snapshot_id),
+        "iceberg_commit_attempts": commit.attempts,  # > 1: a concurrent commit won first and this one was retried
         "data_files": commit.files,
         "tasks": tasks,
         "warc_files": len(stats.files),

@@ -180,12 +180,15 @@ def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 90.0) -> None:
 
 
 @contextlib.contextmanager
-def ray_cluster(workers: int = 1, cpus_per_node: int = 1, head_cpus: int | None = None) -> Iterator[RayCluster]:
+def ray_cluster(
+    workers: int = 1, cpus_per_node: int = 1, head_cpus: int | None = None, node_env: dict[str, str] | None = None
+) -> Iterator[RayCluster]:
     """A head (127.0.0.2) plus `workers` worker nodes (127.0.0.3, ...), `cpus_per_node` CPUs each (the head:
-    `head_cpus`, default the same; 0 = it runs no task); yields the running cluster; stops exactly the
-    processes it started, whatever happens."""
+    `head_cpus`, default the same; 0 = it runs no task), with `node_env` added to the nodes' environment (their
+    TOKENLAKE_CATALOG file, AWS credentials: what a task's node must hold itself); yields the running cluster;
+    stops exactly the processes it started, whatever happens."""
     temp_dir = tempfile.mkdtemp(prefix="tlray", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, **(node_env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     port = free_port(HEAD_IP)
     auth = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}

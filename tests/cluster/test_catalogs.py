@@ -1,13 +1,16 @@
-"""The whole pipeline (the demo's job sequence, in-process executor) on three catalog/storage setups, by
-configuration only: (a) embedded SQLite + local files, (b) PostgreSQL catalog + S3 warehouse (SeaweedFS),
-(c) SeaweedFS's Iceberg REST catalog + S3. Every table's rows and content hash and the run view samples
-digest are identical; no secret value set for (b)/(c) appears in snapshot properties, Dagster's event log
-(asset metadata, logs), run tags or the run view manifest. Bad configuration fails naming the value.
+"""The whole pipeline (the demo's job sequence) on three setups, by configuration only: (a) in-process tasks +
+embedded SQLite + local files, (b) tasks on a 2-node Ray cluster + PostgreSQL catalog + S3 warehouse
+(SeaweedFS), (c) tasks on Ray + SeaweedFS's Iceberg REST catalog + S3. Every table's rows and content hash and
+the run view samples digest are identical, and both Ray nodes ran tasks; no secret value set for (b)/(c)
+appears in snapshot properties, Dagster's event log (asset metadata, logs), run tags, the run view manifest or
+the Ray cluster's logs (the nodes hold the catalog file themselves: tasks carry no secret). Bad configuration
+fails naming the value.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -19,6 +22,8 @@ from iceberg_catalog import TABLES, CatalogConfig, Lakehouse
 from iceberg_catalog.catalog import CatalogConfigError
 from iceberg_catalog.digest import lakehouse_digest
 from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS
+from orchestration.local_cluster.ray_nodes import ray_cluster
+from resources.executor import TASKS_PER_NODE, disconnect_ray
 from tests.cluster.servers import postgres, seaweedfs  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
@@ -27,18 +32,49 @@ SAMPLES_DIGEST_PREFIX = "be6fd114ea56"
 DIGESTS: dict[str, dict] = {}  # setup -> lakehouse digest, filled by the pipeline tests in file order
 
 
-def run_demo_pipeline(home: Path, properties: dict[str, str] | None, monkeypatch) -> tuple[dict, dict]:
+@pytest.fixture(scope="module")
+def ray_nodes(tmp_path_factory):
+    """A 2-node Ray cluster (1 CPU each) whose nodes read the catalog file at a fixed path (each setup writes
+    its own there before it runs): what a deployment mounts on its nodes. This process is the driver."""
+    catalog_file = tmp_path_factory.mktemp("ray-catalog") / "catalog.yaml"
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    with ray_cluster(workers=1, node_env={"TOKENLAKE_CATALOG": str(catalog_file)}) as cluster:
+        os.environ.update(cluster.env)
+        os.environ.pop("RAY_ADDRESS", None)
+        try:
+            yield cluster, catalog_file
+        finally:
+            disconnect_ray()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def ray_logs(cluster) -> list[str]:
+    """Every log file the cluster's nodes wrote."""
+    return [p.read_text(errors="replace") for p in Path(cluster.temp_dir).rglob("*") if p.is_file() and p.suffix in
+            (".log", ".out", ".err", ".txt")]  # fmt: skip
+
+
+def run_demo_pipeline(home: Path, properties: dict[str, str] | None, monkeypatch, ray=None) -> tuple[dict, dict]:
     """`run_pipeline` of `make demo` under a fresh TOKENLAKE_HOME with the catalog from a TOKENLAKE_CATALOG
-    file (None: the embedded default); returns the lakehouse digest and what to grep for secrets."""
+    file (None: the embedded default), tasks on `ray` ((cluster, its nodes' catalog file); None: in-process);
+    returns the lakehouse digest and what to grep for secrets."""
     from orchestration.definitions import build_defs
     from orchestration.demo import run_pipeline
 
     monkeypatch.setenv("TOKENLAKE_HOME", str(home))
     monkeypatch.delenv("TOKENLAKE_CATALOG", raising=False)
     if properties is not None:
-        cfg = home.parent / f"{home.name}-catalog.yaml"
+        cfg = ray[1] if ray else home.parent / f"{home.name}-catalog.yaml"
         cfg.write_text(yaml.safe_dump({"name": "tokenlake", "properties": properties}))
         monkeypatch.setenv("TOKENLAKE_CATALOG", str(cfg))
+    if ray:
+        monkeypatch.setenv("TOKENLAKE_EXECUTOR", "ray")
+        monkeypatch.setenv("TOKENLAKE_RAY_ADDRESS", ray[0].address)
+        TASKS_PER_NODE.clear()
     config = CatalogConfig.resolve()
     config.check()
     defs = build_defs()  # fresh resources: the catalog resource resolves TOKENLAKE_CATALOG now
@@ -57,7 +93,12 @@ def run_demo_pipeline(home: Path, properties: dict[str, str] | None, monkeypatch
     ]
     manifests = lakehouse.scan(RUN_VIEW_MANIFESTS, ("manifest_json",))["manifest_json"].to_pylist()
     print(f"pipeline on {config.describe()}: {seconds:.1f} s; samples {digest['run_view.samples_digest']}")
-    return digest, {"events": events, "logs": logs, "runs": runs, "snapshots": snapshots, "manifests": manifests}
+    texts = {"events": events, "logs": logs, "runs": runs, "snapshots": snapshots, "manifests": manifests}
+    if ray:
+        print(f"tasks per Ray node: {dict(TASKS_PER_NODE)}")
+        assert set(TASKS_PER_NODE) == set(ray[0].node_ips) and min(TASKS_PER_NODE.values()) > 0, TASKS_PER_NODE
+        texts["ray_logs"] = ray_logs(ray[0])
+    return digest, texts
 
 
 def assert_no_secret(secrets: list[str], texts: dict) -> None:
@@ -88,18 +129,18 @@ def test_pipeline_embedded_sqlite_local_files(tmp_path, monkeypatch):
     check_digest("embedded", digest)
 
 
-def test_pipeline_postgres_catalog_s3_warehouse(tmp_path, monkeypatch, postgres, seaweedfs):  # noqa: F811
+def test_pipeline_ray_postgres_catalog_s3_warehouse(tmp_path, monkeypatch, postgres, seaweedfs, ray_nodes):  # noqa: F811
     props = seaweedfs.sql_catalog_properties(postgres.sqlalchemy_uri, "wh-sql")
-    digest, texts = run_demo_pipeline(tmp_path / "home", props, monkeypatch)
+    digest, texts = run_demo_pipeline(tmp_path / "home", props, monkeypatch, ray_nodes)
     check_digest("postgres+s3", digest)
     files = seaweedfs.client().list_objects_v2(Bucket=seaweedfs.bucket, Prefix="wh-sql/")
     assert files["KeyCount"] > 0  # the data went to S3
     assert_no_secret([postgres.password, seaweedfs.secret_key], texts)
 
 
-def test_pipeline_rest_catalog_s3(tmp_path, monkeypatch, seaweedfs):  # noqa: F811
+def test_pipeline_ray_rest_catalog_s3(tmp_path, monkeypatch, seaweedfs, ray_nodes):  # noqa: F811
     props = seaweedfs.rest_catalog_properties()
-    digest, texts = run_demo_pipeline(tmp_path / "home", props, monkeypatch)
+    digest, texts = run_demo_pipeline(tmp_path / "home", props, monkeypatch, ray_nodes)
     check_digest("rest+s3", digest)
     assert_no_secret([seaweedfs.secret_key], texts)
 
