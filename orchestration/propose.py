@@ -188,6 +188,9 @@ def cmd_apply(args) -> int:
     if not ok:
         print(f"apply refused or failed: {out}", file=sys.stderr)
         return 1
+    if "actual_flips" not in out:
+        print(f"proposal {args.proposal_id} applied: {out['policy_version']} active ({out.get('note', '')})")
+        return 0
     predicted, actual = out["predicted_flips"], out["actual_flips"]
     print(
         f"proposal {args.proposal_id} applied: {out['policy_version']} active; partitions {out['partitions']}\n"

@@ -412,12 +412,9 @@ def verify_policy(context: dg.OpExecutionContext, config: ProposalIdConfig, cata
     except proposals.ProposalRefused as exc:
         raise _refused(exc, config.proposal_id) from exc
     applied = json.loads(row["applied_json"])
-    summary = {
-        k: applied[k]
-        for k in ("flips_equal_prediction", "decision_changes_equal_prediction", "actual_decision_changes")
-    }
+    summary = {k: v for k, v in applied.items() if not isinstance(v, (dict, list))}
     context.add_output_metadata({"proposal_id": row["proposal_id"], "verification": dg.MetadataValue.json(summary)})
-    if not applied["flips_equal_prediction"]:
+    if not applied.get("flips_equal_prediction", True):
         raise dg.Failure(
             description=f"{row['proposal_id']}: actual flips differ from the dry-run",
             metadata={"applied": dg.MetadataValue.json(applied)},

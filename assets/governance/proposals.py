@@ -413,6 +413,10 @@ def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> di
     if row["status"] != "applied":
         raise NotApproved(f"proposal {proposal_id} is {row['status']}: only an applied proposal is verified")
     report = json.loads(row["dry_run_json"])
+    if row["kind"] != "thresholds":  # nothing is re-materialised for a mixture or a deletion policy here
+        note = f"a {row['kind']} policy re-materialises no curated partition; its dry-run is the prediction"
+        out = {**json.loads(row["applied_json"] or "{}"), "verified": True, "note": note}
+        return _update(lakehouse, row, provenance, applied_json=canonical_json(out))
     pinned = report["pinned"][CURATED_DOCUMENTS.identifier]
     cols = ("doc_id", "decision", "kept")
     before = pl.from_arrow(lakehouse.scan_at(CURATED_DOCUMENTS, pinned, cols)).lazy()

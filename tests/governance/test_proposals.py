@@ -286,3 +286,20 @@ def test_mixture_and_deletion_proposals_dry_run_on_the_current_lakehouse(lakehou
     res = run(instance, "propose_policy", "record_proposal", config)
     report = json.loads(proposals.load(lakehouse, res.output_for_node("record_proposal"))["dry_run_json"])
     assert report["rules"][0]["rows"] == {"curated.documents": 1, "raw.warc_records": 0, "tokenized.documents": 1}
+
+
+def test_a_mixture_policy_is_applied_and_verified_without_rematerialising(lakehouse, instance):
+    from tests.run_view import builders
+
+    builders.write_documents(lakehouse, n_docs=8, first=300)
+    mixture = {"components": [{"name": "all", "weight": 1.0, "max_repetitions": 2}]}
+    config = {"kind": "mixture", "policy_json": json.dumps(mixture), "proposed_by": "carol"}
+    row = proposals.load(
+        lakehouse, run(instance, "propose_policy", "record_proposal", config).output_for_node("record_proposal")
+    )
+    assert decide(instance, row).success
+    assert apply(instance, row["proposal_id"]).output_for_node("apply_policy") == []
+    res = run(instance, "verify_proposal", "verify_policy", {"proposal_id": row["proposal_id"]})
+    assert res.success and res.output_for_node("verify_policy")["policy_version"] == "mixture/1"
+    assert policies.active(lakehouse, "mixture").policy["components"][0]["max_repetitions"] == 2
+    assert policies.active(lakehouse, "thresholds").version == 0
