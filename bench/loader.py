@@ -264,7 +264,7 @@ def loader_round(
     rv: str,
     args,
     *,
-    prefetch: int = 0,
+    prefetch: int | None = 0,
     num_workers: int = 0,
     world: int = 1,
     rank: int = 0,
@@ -281,7 +281,7 @@ def loader_round(
         global_batch or args.global_batch,
         rank=rank,
         world_size=world,
-        prefetch=prefetch,
+        **({} if prefetch is None else {"prefetch": prefetch}),  # None: the loader's default
         num_workers=num_workers,
         seq_len=args.seq_len,
         multiprocessing_context="fork" if num_workers else None,
@@ -567,8 +567,8 @@ def run_bench(work: Path, args) -> int:
         "ours, no prefetch": loader_round(
             homes["prod"], views["prod"], args, world=world, global_batch=gb, consumer_s_per_token=spt
         ),
-        "ours, prefetch 2": loader_round(
-            homes["prod"], views["prod"], args, prefetch=2, world=world, global_batch=gb, consumer_s_per_token=spt
+        "ours, default prefetch": loader_round(
+            homes["prod"], views["prod"], args, prefetch=None, world=world, global_batch=gb, consumer_s_per_token=spt
         ),
         "ours, prefetch 8": loader_round(
             homes["prod"], views["prod"], args, prefetch=8, world=world, global_batch=gb, consumer_s_per_token=spt
@@ -631,6 +631,30 @@ def run_bench(work: Path, args) -> int:
     next(iter(fresh))
     fresh_s = time.perf_counter() - t0
     step_s = per_step / med(rows["ours"], "steady_tokens_per_s")
+    RESULT.update(
+        {
+            "tokens_per_s": med(rows["ours"], key),
+            "memmap_tokens_per_s": base,
+            "ratio_vs_memmap": med(rows["ours"], key) / base,
+            "worker_tokens_per_s": med(rows["ours 2 workers"], key),
+            "worker_ratio_vs_in_process": med(rows["ours 2 workers"], key) / med(rows["ours"], key),
+            "prefetch4_tokens_per_s": med(rows["ours+prefetch4"], key),
+            "data_wait_after_first_batch": waits["ours, default prefetch"]["steady_wait_fraction"],
+            "data_wait": waits["ours, default prefetch"]["wait_fraction"],
+            "memmap_data_wait": waits["memmap"]["steady_wait_fraction"],
+            "first_batch_s": med(cat, "total_s"),
+            "first_batch_after_import_s": med(cat, "after_import_s"),
+            "first_batch_import_s": med(cat, "import_s"),
+            "first_batch_bundle_s": med(bun, "total_s"),
+            "row_groups": cat[0]["row_groups"],
+            "state_dict_us": per_call * 1e6,
+            "load_state_dict_first_batch_ms": resume_s * 1000,
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "seq_len": args.seq_len,
+            "global_batch": args.global_batch,
+        }
+    )
     print("\n## 4. state_dict()\n| | value |\n|---|---:|")
     print(f"| state_dict() per call | {per_call * 1e6:.1f} us ({size} bytes of JSON) |")
     print(f"| share of our step ({step_s * 1000:.1f} ms) | {per_call / step_s:.2e} |")
@@ -642,7 +666,13 @@ def run_bench(work: Path, args) -> int:
         f"| load_state_dict + first batch at step 1,000,000 | {resume_s * 1000:.1f} ms "
         f"(first batch at step 0: {fresh_s * 1000:.1f} ms; ratio {resume_s / fresh_s:.2f}) |"
     )
+    if args.json:
+        print(json.dumps(RESULT, sort_keys=True), file=JSON_OUT, flush=True)
     return 0
+
+
+RESULT: dict = {}
+JSON_OUT = sys.stdout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -660,7 +690,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--run-view", help=argparse.SUPPRESS)
     p.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (tables go to stderr)")
     args = p.parse_args(argv)
+    if args.json and args.child is None:
+        global JSON_OUT
+        JSON_OUT, sys.stdout = sys.stdout, sys.stderr
     if args.child == "ttfb":
         child_ttfb(args)
         return 0

@@ -178,3 +178,141 @@ def unpack(sequences: Sequence[tuple[np.ndarray, Sequence[tuple[int, int, int]]]
             expect = b
         out[p] = np.concatenate([c[2] for c in chunks])
     return out
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """B consecutive packed sequences of one rank's batch, assembled in one vectorised pass (arrays [B, seq_len]
+    except cu_seqlens, flattened over the batch, and the piece arrays, one entry per non-padding segment)."""
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    loss_mask: np.ndarray
+    position_ids: np.ndarray
+    segment_ids: np.ndarray
+    cu_seqlens: np.ndarray  # int32, segment starts over the flattened batch, then B * seq_len
+    piece_sequence: np.ndarray  # per piece: the sequence (0..B-1) it lies in
+    piece_document: np.ndarray  # per piece: index into `doc_starts[:-1]` (the documents passed in)
+    piece_start: np.ndarray  # per piece: token_start within its document
+    piece_end: np.ndarray
+
+
+def pack_batch(
+    stream: np.ndarray,
+    t_lo: int,
+    total: int,
+    doc_starts: np.ndarray,
+    n_sequences: int,
+    seq_len: int,
+    pad_id: int,
+    policy: str,
+) -> PackedBatch:
+    """Pack stream tokens [t_lo, t_lo + n_sequences * seq_len) into `n_sequences` sequences at once.
+
+    `stream` holds the epoch's stream tokens from `t_lo` on, up to one token past the batch (the last label) or
+    the stream end `total`; `doc_starts` are the stream offsets of the documents overlapping that range plus the
+    end of the last one. Equal, sequence by sequence, to `pack_sequence` (tests pin that); no Python loop over
+    tokens or documents.
+    """
+    check_policy(policy)
+    n_out = n_sequences * seq_len
+    n_in = max(0, min(n_out, total - t_lo))  # real tokens; padding after
+    n_lab = max(0, min(n_out, total - t_lo - 1))  # positions whose next stream token exists
+    if len(stream) < min(n_out + 1, max(0, total - t_lo)):
+        raise ValueError(f"stream holds {len(stream)} tokens, the batch needs {min(n_out + 1, total - t_lo)}")
+    block = np.empty((5, n_out), dtype=np.int64)  # one allocation: one shared-memory segment per batch
+    input_ids, labels, loss_mask, position_ids, segment_ids = block
+    input_ids[:n_in] = stream[:n_in]
+    input_ids[n_in:] = pad_id
+    labels[:n_lab] = stream[1 : n_lab + 1]
+    labels[n_lab:] = IGNORE_INDEX
+    doc_starts = np.asarray(doc_starts, dtype=np.int64) - t_lo
+    if policy == "masked" and len(doc_starts) > 1:
+        last = doc_starts[1:] - 1  # each document's last token (its EOS): no label across the boundary
+        labels[last[(last >= 0) & (last < n_out)]] = IGNORE_INDEX
+    np.not_equal(labels, IGNORE_INDEX, out=loss_mask)
+    inner = doc_starts[(doc_starts > 0) & (doc_starts < n_in)]
+    cuts = [np.arange(0, n_out, seq_len, dtype=np.int64), inner]
+    if n_in < n_out:
+        cuts.append(np.array([n_in], dtype=np.int64))
+    starts = np.unique(np.concatenate(cuts))
+    lengths = np.diff(np.append(starts, n_out))
+    # positions restart at every segment start: a running sum of ones that drops back at each start
+    position_ids.fill(1)
+    position_ids[starts[1:]] = 1 - lengths[:-1]
+    position_ids[0] = 0
+    np.cumsum(position_ids, out=position_ids)
+    seq_of = starts // seq_len
+    first = np.searchsorted(starts, np.arange(n_sequences, dtype=np.int64) * seq_len)
+    local = np.arange(len(starts), dtype=np.int64) - first[seq_of]
+    real = starts < n_in
+    local[~real] = -1
+    segment_ids[:] = np.repeat(local, lengths)
+    doc = np.searchsorted(doc_starts, starts[real], side="right") - 1
+    piece_start = starts[real] - doc_starts[doc] if len(doc) else np.zeros(0, np.int64)
+    shape = (n_sequences, seq_len)
+    return PackedBatch(
+        input_ids=input_ids.reshape(shape),
+        labels=labels.reshape(shape),
+        loss_mask=loss_mask.reshape(shape),
+        position_ids=position_ids.reshape(shape),
+        segment_ids=segment_ids.reshape(shape),
+        cu_seqlens=np.append(starts, n_out).astype(np.int32),
+        piece_sequence=seq_of[real],
+        piece_document=doc,
+        piece_start=piece_start,
+        piece_end=piece_start + lengths[real],
+    )
+
+
+def _run_indices(src0: np.ndarray, dst0: np.ndarray, length: np.ndarray, n: int) -> np.ndarray:
+    """Source index of each of n output positions filled by runs (dst0[i], src0[i], length[i]) that tile 0..n in
+    dst0 order: a running sum of ones that jumps at each run start (no per-run Python, no np.repeat)."""
+    idx = np.ones(n, dtype=np.int64)
+    idx[dst0[1:]] = src0[1:] - (src0[:-1] + length[:-1] - 1)
+    idx[0] = src0[0]
+    np.cumsum(idx, out=idx)
+    return idx
+
+
+def gather_stream(
+    buffers: Sequence[np.ndarray],
+    buffer_of: np.ndarray,
+    start_in_buffer: np.ndarray,
+    doc_starts: np.ndarray,
+    t_lo: int,
+    t_end: int,
+) -> np.ndarray:
+    """Stream tokens [t_lo, t_end) from documents held in a few flat buffers (e.g. decoded row groups).
+
+    Document i (stream offsets doc_starts[i]..doc_starts[i+1]) lies in buffers[buffer_of[i]] from
+    start_in_buffer[i] on. One fancy-index copy per buffer, none per document or token."""
+    ds, de = np.asarray(doc_starts[:-1], np.int64), np.asarray(doc_starts[1:], np.int64)
+    lo, hi = np.maximum(ds, t_lo), np.minimum(de, t_end)
+    length = np.maximum(hi - lo, 0)
+    src0 = np.asarray(start_in_buffer, np.int64) + (lo - ds)
+    dst0 = lo - t_lo
+    n = t_end - t_lo
+    dtype = buffers[0].dtype if len(buffers) else np.uint16
+    out = np.empty(max(n, 0), dtype=dtype)
+    if n <= 0:
+        return out
+    if int(length.sum()) != n:
+        raise ValueError(f"documents cover {int(length.sum())} of the {n} stream tokens asked for")
+    if len(buffers) == 1:
+        return buffers[0][_run_indices(src0[length > 0], dst0[length > 0], length[length > 0], n)]
+    perm = np.argsort(buffer_of, kind="stable")
+    length_p = length[perm]
+    offsets = np.zeros(len(perm) + 1, dtype=np.int64)
+    np.cumsum(length_p, out=offsets[1:])
+    rel = np.arange(n, dtype=np.int64) - np.repeat(offsets[:-1], length_p)
+    dst = np.repeat(dst0[perm], length_p) + rel
+    src = np.repeat(src0[perm], length_p) + rel
+    per_buffer = np.bincount(np.asarray(buffer_of)[perm], weights=length_p, minlength=len(buffers)).astype(np.int64)
+    bounds = np.zeros(len(buffers) + 1, dtype=np.int64)
+    np.cumsum(per_buffer, out=bounds[1:])
+    for j, buf in enumerate(buffers):  # a few row groups per batch
+        a, b = int(bounds[j]), int(bounds[j + 1])
+        if b > a:
+            out[dst[a:b]] = buf[src[a:b]]
+    return out

@@ -1,0 +1,72 @@
+"""The vectorised batch packer equals the per-sequence reference packer, sequence by sequence, for any documents,
+batch position and policy; and the gather reads the right stream tokens out of several buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loader.packing import gather_stream, pack_batch, pack_documents, stream_offsets
+from tests.loader.test_loader_packing import EOS, docs_strategy
+
+
+@given(
+    docs=docs_strategy(),
+    seq_len=st.integers(2, 40),
+    n_seq=st.integers(1, 5),
+    first=st.integers(0, 8),
+    policy=st.sampled_from(["masked", "allowed"]),
+)
+def test_pack_batch_equals_pack_sequence(docs, seq_len, n_seq, first, policy):
+    offsets = stream_offsets(np.array([len(d) for d in docs]))
+    total = int(offsets[-1])
+    ref = pack_documents(docs, seq_len, EOS, policy, n_sequences=first + n_seq)
+    stream_all = np.concatenate(docs)
+    t_lo = first * seq_len
+    t_end = min(t_lo + n_seq * seq_len + 1, total)
+    if t_end > t_lo:
+        p_lo = int(np.searchsorted(offsets, t_lo, side="right")) - 1
+        p_hi = int(np.searchsorted(offsets, t_end - 1, side="right"))
+    else:
+        p_lo = p_hi = len(docs)
+    got = pack_batch(stream_all[t_lo:t_end], t_lo, total, offsets[p_lo : p_hi + 1], n_seq, seq_len, EOS, policy)
+    flat_cu = []
+    for b in range(n_seq):
+        seq, pieces = ref[first + b]
+        for name in ("input_ids", "labels", "loss_mask", "position_ids", "segment_ids"):
+            assert np.array_equal(getattr(got, name)[b], getattr(seq, name)), (name, b)
+        flat_cu.extend((seq.cu_seqlens[:-1] + b * seq_len).tolist())
+        mine = [
+            (p_lo + int(d), int(a), int(e))
+            for s, d, a, e in zip(got.piece_sequence, got.piece_document, got.piece_start, got.piece_end, strict=True)
+            if s == b
+        ]
+        assert mine == [tuple(p) for p in pieces]
+    assert got.cu_seqlens.tolist() == [*flat_cu, n_seq * seq_len]
+
+
+@given(
+    lengths=st.lists(st.integers(1, 20), min_size=1, max_size=15),
+    n_buffers=st.integers(1, 4),
+    data=st.data(),
+)
+def test_gather_stream_reads_documents_from_several_buffers(lengths, n_buffers, data):
+    rng = np.random.default_rng(len(lengths))
+    docs = [rng.integers(0, 60000, n).astype(np.uint16) for n in lengths]
+    which = np.array([data.draw(st.integers(0, n_buffers - 1)) for _ in docs])
+    buffers, start = [], np.zeros(len(docs), dtype=np.int64)
+    for j in range(n_buffers):
+        parts, at = [np.array([7, 7], dtype=np.uint16)], 2  # junk before the documents
+        for i in np.flatnonzero(which == j):
+            start[i] = at
+            parts.append(docs[i])
+            at += len(docs[i])
+        buffers.append(np.concatenate(parts))
+    offsets = stream_offsets(np.array(lengths))
+    t_lo = data.draw(st.integers(0, int(offsets[-1]) - 1))
+    t_end = data.draw(st.integers(t_lo, int(offsets[-1])))
+    p_lo = int(np.searchsorted(offsets, t_lo, side="right")) - 1
+    p_hi = max(p_lo, int(np.searchsorted(offsets, t_end - 1, side="right"))) if t_end > t_lo else p_lo
+    got = gather_stream(buffers, which[p_lo:p_hi], start[p_lo:p_hi], offsets[p_lo : p_hi + 1], t_lo, t_end)
+    assert np.array_equal(got, np.concatenate(docs)[t_lo:t_end])
