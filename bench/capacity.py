@@ -1,16 +1,21 @@
 """Capacity plan from measured per-core rates: the demo's job sequence on a bench crawl, timed per step, then
 projected to a whole Common Crawl crawl for N cores.
 
-The bench crawl is `--copies` copies of every WARC file of the sample crawl (real Common Crawl and web-archive
-files) in one segment, so per-run costs (Dagster run, plan, Iceberg commit) are paid once per step as in a
-real partition, not once per file. Every step runs in this process with the in-process executor (one core:
-tasks run one after another), through the same Dagster jobs as `make demo`. Per step: wall and CPU seconds
-(this process + the extraction workers), the units it processed, the data and metadata files it wrote
-(= S3 PUTs on an S3 warehouse). The projection scales the per-unit costs by the crawl's WARC bytes
-(`--crawl-tb`, default 100 TB: ~90,000 files of ~1.1 GB in 100 segments) and divides by N cores times the
-scale-out efficiency measured by `bench/scaleout.py` (`--efficiency`, default 0.885 = 1.77x on 2 nodes / 2).
+The bench crawl is every WARC file of the sample crawl (real Common Crawl and web-archive files) in one
+segment, so per-run costs (Dagster run, plan, Iceberg commit) are paid once per step as in a real partition,
+not once per file. (`--copies N` repeats the files: more work per run, but copies 2..N are exact duplicates
+that the funnel rightly drops, so the steps after exact dedup see no more documents.) The run view step is
+left out: it is one run over the kept documents' metadata, and the demo's mixture names the sample's crawls.
 
-    python bench/capacity.py [--copies 6] [--cores 64,512,4096] [--json]
+Every step runs in this process with the in-process executor (one core: tasks run one after another),
+through the same Dagster jobs as `make demo`. Per step: wall and CPU seconds (this process + the extraction
+workers), the units it processed, the data and metadata files it wrote (= S3 PUTs on an S3 warehouse). The
+projection scales the per-record costs to a crawl (`--crawl-records`, default 3e9 response records: recent
+Common Crawl crawls hold 2.5-3.5 billion pages in ~90,000 WARC files of ~1 GB, 100 segments: `--crawl-files`,
+`--crawl-segments`) and divides by N cores times the scale-out efficiency measured by `bench/scaleout.py`
+(`--efficiency`, default 0.885 = 1.77x on 2 nodes / 2).
+
+    python bench/capacity.py [--copies 1] [--cores 64,512,4096] [--json]
 
 With --json, exactly one JSON object on its own line on stdout (everything else on stderr).
 """
@@ -42,7 +47,6 @@ UNIT = {  # what one step's cost is counted per
     "tokenize": "tokens",
     "register_benchmark": "(once)",
     "decontaminate": "documents",
-    "run_view_candidate": "kept documents",
 }
 
 
@@ -84,12 +88,12 @@ def run_steps(defs, instance, warehouse: Path, quiet: bool) -> dict[str, dict]:
 
     out, segments = {}, []
     for step in STEPS:
-        if step.reviewer:
+        if step.reviewer or step.job not in UNIT:
             continue
         if step.job == "raw_ingest":
             demo.discover_segments(defs, instance)
             segments = sorted(instance.get_dynamic_partitions("crawl_segments"))
-        config = demo.DEMO_RUN_VIEW if step.job == "run_view_candidate" else None
+        config = None
         data0, meta0 = files_under(warehouse)
         w0, c0, runs = time.perf_counter(), cpu_seconds(), 0
         for key in demo.partition_keys(step, instance, segments):
@@ -123,56 +127,56 @@ def counts(lakehouse) -> dict[str, int]:
     }
 
 
-def plan_for(steps: dict, units: dict, measured_bytes: int, args) -> dict:
-    """Per-core rates and the projection to a crawl of `args.crawl_tb` TB on each core count."""
-    scale = args.crawl_tb * 1e12 / measured_bytes
-    per_step, core_s = {}, 0.0
+def plan_for(steps: dict, units: dict, measured_files: int, args) -> dict:
+    """Per-core rates and the projection to a crawl of `args.crawl_records` response records in
+    `args.crawl_files` WARC files and `args.crawl_segments` segments, on each core count. Work scales with the
+    records (the funnel's ratios as measured); data files with the input files (each task writes its own files
+    per table); metadata files with the commits (runs per segment, as measured)."""
+    scale = args.crawl_records / units["records"]
+    per_file = args.crawl_files / measured_files
+    per_step, core_s, data_files, commit_files = {}, 0.0, 0, 0.0
     for job, s in steps.items():
         unit = UNIT[job]
         n = units.get(unit, 0) * (3 if job == "decontaminate" else 1)  # 3 benchmarks: each document 3 times
         once = unit == "(once)"
         crawl_core_s = s["cpu_s"] if once else s["cpu_s"] * scale
-        core_s += crawl_core_s
+        files = 0 if once else round(s["data_files_written"] * per_file)
+        core_s, data_files = core_s + crawl_core_s, data_files + files
+        commit_files += s["metadata_files_written"] * (1 if once or job.endswith("_dedup") else args.crawl_segments)
         per_step[job] = {
             **s,
             "unit": unit,
             "units": n,
             "per_core_rate": None if once or not s["cpu_s"] else round(n / s["cpu_s"], 1),
             "crawl_core_hours": round(crawl_core_s / 3600, 1),
-            "crawl_data_files": 0 if once else round(s["data_files_written"] * scale),
+            "crawl_data_files": files,
         }
-    segments, files = args.crawl_segments, args.crawl_files
-    commits_per_crawl = sum(  # metadata files scale with commits (partitions), not bytes
-        s["metadata_files_written"] / max(s["runs"], 1) * (segments if UNIT[j] not in ("(once)",) else 1)
-        for j, s in steps.items()
-    )
-    puts = sum(p["crawl_data_files"] for p in per_step.values()) + commits_per_crawl
-    gets = files * 2 + 2 * sum(p["crawl_data_files"] for j, p in per_step.items() if j != "run_view_candidate")
     wall = {str(n): round(core_s / 3600 / (n * args.efficiency), 1) for n in args.cores}
     return {
         "scale": round(scale),
         "steps": per_step,
         "crawl": {
-            "warc_tb": args.crawl_tb,
-            "warc_files": files,
-            "segments": segments,
-            "raw_ingest_tasks": files,
-            "records": round(units["records"] * scale),
+            "warc_files": args.crawl_files,
+            "segments": args.crawl_segments,
+            "records": args.crawl_records,
             "documents": round(units["documents"] * scale),
             "kept_documents": round(units["kept documents"] * scale),
             "tokens": round(units["tokens"] * scale),
+            "tasks_per_segment_step": round(args.crawl_files / args.crawl_segments),
             "core_hours": round(core_s / 3600),
             "wall_hours_by_cores": wall,
-            "s3_put_requests": round(puts),
-            "s3_get_requests_estimate": round(gets),
+            "s3_put_requests": data_files + round(commit_files),
+            # every WARC read once (plus ranged resumes); every data file read about once downstream (footer
+            # and row groups: ~2 GETs); metadata reads per commit are a few more per commit
+            "s3_get_requests_estimate": args.crawl_files + 2 * data_files + 3 * round(commit_files),
         },
     }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--copies", type=int, default=6, help="copies of each sample WARC file in the bench segment")
-    ap.add_argument("--crawl-tb", type=float, default=100.0, help="WARC terabytes per crawl (Common Crawl: ~100)")
+    ap.add_argument("--copies", type=int, default=1, help="copies of each sample WARC file in the bench segment")
+    ap.add_argument("--crawl-records", type=float, default=3.0e9, help="response records (pages) per crawl")
     ap.add_argument("--crawl-files", type=int, default=90_000, help="WARC files per crawl")
     ap.add_argument("--crawl-segments", type=int, default=100, help="segments (partitions) per crawl")
     ap.add_argument("--cores", type=lambda s: [int(x) for x in s.split(",")], default=[64, 512, 4096])
@@ -203,7 +207,7 @@ def main() -> int:
         finally:
             sys.stdout = real_stdout
         units = counts(Lakehouse())
-        plan = plan_for(steps, units, nbytes, args)
+        plan = plan_for(steps, units, nfiles, args)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         peak_kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         result = {
@@ -224,8 +228,8 @@ def main() -> int:
         rate = f"{s['per_core_rate']:,} {s['unit']}/s" if s["per_core_rate"] else s["unit"]
         print(f"{job:<20}{s['runs']:>5}{s['wall_s']:>9.1f}{s['cpu_s']:>9.1f}  {rate:<30}{s['crawl_core_hours']:>13,}")
     c = plan["crawl"]
-    print(f"\ncrawl of {c['warc_tb']} TB ({c['warc_files']:,} files, {c['segments']} segments), x{plan['scale']:,}:")
-    print(f"  {c['records']:,} records, {c['documents']:,} documents, {c['kept_documents']:,} kept")
+    print(f"\ncrawl of {c['warc_files']:,} WARC files in {c['segments']} segments, {c['records']:,.0f} records:")
+    print(f"  {c['documents']:,} HTML documents, {c['kept_documents']:,} kept")
     print(f"  {c['tokens']:,} tokens")
     print(f"  {c['core_hours']:,} core-hours; wall hours by cores: {c['wall_hours_by_cores']}")
     print(f"  S3: {c['s3_put_requests']:,} PUTs, ~{c['s3_get_requests_estimate']:,} GETs")

@@ -92,7 +92,8 @@ def run(crawl: Path, keep: bool = False) -> int:
         pg = stack.enter_context(postgres_server())
         print(f"PostgreSQL 15 on {pg.host}:{pg.port} (pid {pg.pid})")
         sw = stack.enter_context(seaweedfs_server(extra_volumes=1))
-        print(f"SeaweedFS S3 {sw.s3_endpoint}, Iceberg REST {sw.iceberg_uri} (pids {sw.pid}, {sw.volume_pids})")
+        weed_pids = ", ".join(str(p) for p in (sw.pid, *sw.volume_pids))
+        print(f"SeaweedFS S3 {sw.s3_endpoint}, Iceberg REST {sw.iceberg_uri} (pids {weed_pids})")
         files = upload_crawl(sw, crawl, CRAWL_PREFIX)
         print(f"uploaded {files} files of {crawl} to s3://{sw.bucket}/{CRAWL_PREFIX}/")
         props = sw.sql_catalog_properties(pg.sqlalchemy_uri, "warehouse")
@@ -106,7 +107,8 @@ def run(crawl: Path, keep: bool = False) -> int:
         run_and_report(resume=False, crawl_root=f"s3://{sw.bucket}/{CRAWL_PREFIX}")
         print("\nTasks per Ray node (every step):")
         print("\n".join(tasks_per_node_lines(dict(TASKS_PER_NODE))))
-        print("\nstopping by PID: Ray nodes, SeaweedFS, PostgreSQL")
+        started = [*pids.values(), sw.pid, *sw.volume_pids, pg.pid]
+        print(f"\nstopping by PID: Ray nodes, SeaweedFS, PostgreSQL: {' '.join(map(str, started))}")
     print(f"cluster demo done in {time.perf_counter() - t0:.0f} s; nothing left running")
     print(f"{root} " + ("kept (--keep)" if keep else "removed with its lakehouse and logs (--keep keeps them)"))
     return 0
