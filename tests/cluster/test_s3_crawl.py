@@ -14,7 +14,7 @@ from assets.raw.ingest import S3Stream, open_uri
 from iceberg_catalog import Lakehouse
 from iceberg_catalog.digest import table_digest
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
-from resources.crawl_source import LocalCrawlSource, S3CrawlSource, SegmentRef
+from resources.crawl_source import LocalCrawlSource, S3CrawlSource, SegmentRef, crawl_source_for
 from tests.cluster.servers import seaweedfs  # noqa: F401 - fixture
 from tests.conftest import SAMPLE_CRAWL, SAMPLE_KEYS
 
@@ -138,6 +138,8 @@ def ingest(instance, source, keys) -> None:
 
 
 def test_raw_ingest_from_s3_equals_local_ingest(aws_env, tmp_path, monkeypatch):
+    """The tasks read through the source's own endpoint (AWS_ENDPOINT_URL unset), keys from the AWS chain."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
     digests = {}
     for name, source in (("local", LocalCrawlSource(root=str(SAMPLE_CRAWL))), ("s3", s3_source(aws_env))):
         monkeypatch.setenv("TOKENLAKE_HOME", str(tmp_path / name))
@@ -150,3 +152,13 @@ def test_raw_ingest_from_s3_equals_local_ingest(aws_env, tmp_path, monkeypatch):
         assert all(f.startswith("s3://" if name == "s3" else "file://") for f in files), files
     assert digests["s3"] == digests["local"]
     assert digests["s3"][str(RAW_WARC_RECORDS)]["rows"] > 0
+
+
+def test_an_s3_crawl_root_selects_the_s3_source(aws_env):
+    """`TOKENLAKE_CRAWL_ROOT=s3://BUCKET/PREFIX` (and `tokenlake run --crawl-root s3://...`): the S3 source at
+    the AWS chain's endpoint, listing what the local mirror lists."""
+    source = crawl_source_for(f"s3://{aws_env.bucket}/{PREFIX}/")
+    assert isinstance(source, S3CrawlSource) and (source.bucket, source.prefix) == (aws_env.bucket, PREFIX)
+    assert source.list_segments() == LocalCrawlSource(root=str(SAMPLE_CRAWL)).list_segments()
+    with pytest.raises(ValueError, match="names no bucket"):
+        crawl_source_for("s3:///crawl")
