@@ -38,6 +38,7 @@ BAD_HTTP_HEADERS = "bad_http_headers"
 TRUNCATED_RECORD = "truncated_record"
 PAYLOAD_DIGEST_MISMATCH = "payload_digest_mismatch"
 UNREADABLE_RECORD = "unreadable_record"
+RECORD_LENGTH_MISMATCH = "record_length_mismatch"  # bytes after a record's Content-Length in its member
 
 _WARC_STATUS_PARSER = StatusAndHeadersParser(ArcWarcRecordLoader.WARC_TYPES, verify=False)
 
@@ -295,16 +296,18 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
             ),
         )
         return
-    n_seen = 0
+    n_seen = end = 0
     try:
-        for record in ArchiveIterator(io.BytesIO(data), verify_http=True):
+        it = ArchiveIterator(io.BytesIO(data), verify_http=True)
+        for record in it:
             n_seen += 1
             rec_type = record.rec_type or "unknown"
+            payload = record.raw_stream.read()  # consume so the iterator can find the next record
+            it.read_to_end(record)
+            end = it.get_record_offset() + it.get_record_length()
             if rec_type != "response":
-                record.raw_stream.read()  # consume so the iterator can find the next record
                 stats.records[rec_type] += 1
                 continue
-            payload = record.raw_stream.read()
             row = _record_to_row(ctx, warc_file, member.offset, member.length, record, payload)
             if row["record_id"] is None:
                 stats.records["rejected"] += 1
@@ -347,6 +350,14 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
             "reject",
             _reject(ctx, warc_file, member.offset, member.length, reason, f"{type(exc).__name__}: {exc}", headers),
         )
+        return
+    if data[end:].strip(b"\r\n"):
+        # warcio reads Content-Length bytes and skips what follows with only a warning: the member holds bytes
+        # that no record accounts for (a block longer than its header says)
+        stats.records["rejected"] += 1
+        stats.rejects[RECORD_LENGTH_MISMATCH] += 1
+        detail = f"{len(data) - end} bytes after the last record's Content-Length in this gzip member"
+        yield "reject", _reject(ctx, warc_file, member.offset, member.length, RECORD_LENGTH_MISMATCH, detail)
 
 
 def read_warc(
@@ -405,53 +416,70 @@ def read_warc(
     stats.bytes_read = rest.position
 
 
-def _read_uncompressed(stream: BinaryIO, warc_file: str, ctx: ReadContext, stats: FileStats) -> Iterator[Item]:
-    """Plain `.warc`: warcio alone; after a parse error the rest of the file is one reject."""
+def _read_uncompressed(stream: _Prefixed, warc_file: str, ctx: ReadContext, stats: FileStats) -> Iterator[Item]:
+    """Plain `.warc`: warcio alone. warcio skips stray bytes between records silently, so every gap between
+    one record's end and the next one's start that is more than blank lines becomes a `garbage_bytes` reject;
+    after a parse error the rest of the file is one reject."""
     it = ArchiveIterator(stream, verify_http=True)
-    offset = 0
+    end = 0  # where the last record read ended
     try:
         for record in it:
             # read the payload before asking for offsets: warcio's get_record_offset() reads to the end
             payload = record.raw_stream.read() if record.rec_type == "response" else None
             it.read_to_end(record)
             offset, length = it.get_record_offset(), it.get_record_length()
+            if offset > end and stream.recent(end, offset).strip(b"\r\n"):
+                stats.records["rejected"] += 1
+                stats.rejects[GARBAGE_BYTES] += 1
+                yield "reject", _reject(ctx, warc_file, end, offset - end, GARBAGE_BYTES, "bytes between records")
+            end = offset + length
             if payload is None:
                 stats.records[record.rec_type or "unknown"] += 1
                 continue
-            row = _record_to_row(ctx, warc_file, offset, length, record, payload)
-            if row["payload_digest_verified"] is False:
-                stats.records["rejected"] += 1
-                stats.rejects[PAYLOAD_DIGEST_MISMATCH] += 1
-                yield (
-                    "reject",
-                    _reject(
-                        ctx,
-                        warc_file,
-                        offset,
-                        length,
-                        PAYLOAD_DIGEST_MISMATCH,
-                        f"declared {row['payload_digest_declared']}",
-                        record.rec_headers,
-                    ),
-                )
-            else:
-                stats.records["response"] += 1
-                yield "row", row
-            offset += length
+            yield _response_item(ctx, warc_file, offset, length, record, payload, stats)
+        while stream.read(CHUNK_BYTES):  # to EOF: what follows the last record must be blank too
+            pass
+        if stream.position > end and stream.recent(end, stream.position).strip(b"\r\n"):
+            stats.records["rejected"] += 1
+            stats.rejects[GARBAGE_BYTES] += 1
+            detail = "bytes after the last record"
+            yield "reject", _reject(ctx, warc_file, end, stream.position - end, GARBAGE_BYTES, detail)
     except Exception as exc:  # noqa: BLE001
-        reason = NOT_WARC if offset == 0 and not stats.records else UNREADABLE_RECORD
+        reason = NOT_WARC if end == 0 and not stats.records else UNREADABLE_RECORD
         stats.records["rejected"] += 1
         stats.rejects[reason] += 1
-        yield "reject", _reject(ctx, warc_file, offset, None, reason, f"{type(exc).__name__}: {exc}")
+        yield "reject", _reject(ctx, warc_file, end, None, reason, f"{type(exc).__name__}: {exc}")
+
+
+def _response_item(ctx, warc_file: str, offset: int, length: int, record, payload: bytes, stats: FileStats) -> Item:
+    row = _record_to_row(ctx, warc_file, offset, length, record, payload)
+    if row["payload_digest_verified"] is False:
+        stats.records["rejected"] += 1
+        stats.rejects[PAYLOAD_DIGEST_MISMATCH] += 1
+        detail = f"declared {row['payload_digest_declared']}"
+        return "reject", _reject(ctx, warc_file, offset, length, PAYLOAD_DIGEST_MISMATCH, detail, record.rec_headers)
+    stats.records["response"] += 1
+    return "row", row
 
 
 class _Prefixed(io.RawIOBase):
-    """A read-only stream that replays `head` before `stream`, counting bytes read."""
+    """A read-only stream that replays `head` before `stream`, counting bytes read and keeping the last
+    `WINDOW_BYTES` read (bounded), so a reader can look back at bytes its parser skipped."""
+
+    WINDOW_BYTES = 1 << 20
 
     def __init__(self, head: bytes, stream: BinaryIO) -> None:
         self._head = head
         self._stream = stream
         self.position = 0
+        self._window = bytearray()
+
+    def recent(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file if still in the window; else a placeholder that is not blank."""
+        first = self.position - len(self._window)
+        if start < first or end > self.position:
+            return b"?"
+        return bytes(self._window[start - first : end - first])
 
     def readable(self) -> bool:
         return True
@@ -468,6 +496,9 @@ class _Prefixed(io.RawIOBase):
         else:
             out = self._stream.read() if n is None or n < 0 else self._stream.read(n)
         self.position += len(out)
+        self._window += out
+        if len(self._window) > 2 * self.WINDOW_BYTES:
+            del self._window[: len(self._window) - self.WINDOW_BYTES]
         return out
 
     def readinto(self, b) -> int:
