@@ -23,6 +23,9 @@ tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs
 tokenlake propose threshold|mixture|deletion ... --by WHO
 tokenlake proposals list|show|approve|reject|apply|rollback|verify
                                       policy changes as reviewed proposals (orchestration/propose.py)
+tokenlake benchmark add NAME FILE --format jsonl|csv|parquet --text-fields a,b [--split S]
+tokenlake benchmark list              a benchmark from a file: copied in, screened against every curated
+                                      segment, contaminated documents reported (orchestration/benchmark_cli.py)
 """
 
 from __future__ import annotations
@@ -312,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.propose import register as register_proposals  # propose, proposals
 
     register_proposals(sub)
+    from orchestration.benchmark_cli import register_parser as register_benchmarks  # benchmark add, list
+
+    register_benchmarks(sub)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -8,7 +8,7 @@ import time
 import dagster as dg
 
 from assets.partitions import benchmarks, dimension_dep, quarantine_partitions
-from assets.quarantine import decontaminate
+from assets.quarantine import decontaminate, registry
 from assets.quarantine.benchmarks import BenchmarkSource, find_source, read_benchmark
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.erasure import erasure
@@ -21,12 +21,17 @@ MATCHES = table_key(QUARANTINE_MATCHES)
 MatchConfig = config_from(decontaminate.MatchParams, "MatchConfig")
 
 
-def benchmark_source(name: str, configured: EvalBenchmarksResource) -> BenchmarkSource:
-    """The source of that name: configured in the resource, else shipped."""
+def benchmark_items(name: str, configured: EvalBenchmarksResource, lakehouse) -> tuple[list, dict]:
+    """The items of benchmark `name` and what to record about their source: configured in the resource, else
+    added with `tokenlake benchmark add` (its content-hashed copy in the lakehouse), else shipped."""
     extra = [
         BenchmarkSource(c.name, c.path, c.format, c.split, tuple(c.fields), None, c.id_field) for c in configured.extra
     ]
-    return find_source(name, extra)
+    added = None if name in {c.name for c in extra} else registry.registered(lakehouse, name)
+    if added is not None:
+        return registry.read_registered(lakehouse, added), {"source": added.path, "sha256": added.sha256}
+    source = find_source(name, extra)
+    return read_benchmark(source), {"source": str(source.path), "format": source.format}
 
 
 @dg.asset(
@@ -42,17 +47,16 @@ def eval_items(
     context: dg.AssetExecutionContext, catalog: IcebergCatalogResource, benchmarks: EvalBenchmarksResource
 ) -> dg.MaterializeResult:
     """One benchmark's items (benchmark, split, item_id, text built from its fields) (quarantine.eval_items)."""
-    name = context.partition_key
-    source = benchmark_source(name, benchmarks)
-    items = read_benchmark(source)
-    writer = catalog.lakehouse().writer(QUARANTINE_EVAL_ITEMS, {"benchmark": name})
+    name, lakehouse = context.partition_key, catalog.lakehouse()
+    items, source = benchmark_items(name, benchmarks, lakehouse)
+    writer = lakehouse.writer(QUARANTINE_EVAL_ITEMS, {"benchmark": name})
     writer.write(decontaminate.eval_item_rows(items))
-    commit = writer.commit(provenance(context, EVAL_ITEMS, {"source": str(source.path), "format": source.format}))
-    context.log.info("%s: %d items from %s", name, len(items), source.path)
+    commit = writer.commit(provenance(context, EVAL_ITEMS, source))
+    context.log.info("%s: %d items from %s", name, len(items), source["source"])
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": len(items),
-            "source": str(source.path),
+            **source,
             "iceberg_snapshot_id": str(commit.snapshot_id),
         }
     )
