@@ -17,6 +17,7 @@ counted per crawl, language and domain class. Documents are named by doc_id only
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -494,38 +495,56 @@ def dry_run(lakehouse: Lakehouse, kind: str, old: Mapping, new: Mapping) -> dict
     return dry_run_deletion(lakehouse, new)
 
 
-def dry_run_thresholds(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict:
-    """Flips kept <-> dropped under `new`, from curated.documents at its current snapshot (pinned in the report):
-    doc ids, counts per crawl, language and domain class, words and characters, tokenizer tokens of the
-    documents that would be dropped (tokenized.documents at its current snapshot), the partitions touched."""
-    pinned = lakehouse.snapshot_ids([CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS])
-    docs = lakehouse.scan_at(CURATED_DOCUMENTS, pinned[CURATED_DOCUMENTS.identifier], DRY_RUN_COLUMNS)
-    frame = predicted(predicted(pl.from_arrow(docs).lazy(), old, "decision_old"), new, "decision_new")
+def _batch_changes(batch: pa.RecordBatch, old: Mapping, new: Mapping) -> tuple[pl.DataFrame, dict, set[str]]:
+    """One record batch: its rows whose decision changes (with the new decision), its counts, its partitions."""
+    frame = predicted(predicted(pl.from_arrow(batch).lazy(), old, "decision_old"), new, "decision_new")
     frame = frame.with_columns(
         pl.col("decision_new").is_null().alias("kept_new"),
         (pl.col("crawl") + "/" + pl.col("segment")).alias("partition"),
-        pl.col("host").map_elements(registered_domain_class, return_dtype=pl.String).alias("domain_class"),
     )
     changed = frame.filter(~pl.col("decision").eq_missing(pl.col("decision_new"))).collect()
+    governed = pl.col("language_score").is_not_null()
     stats = frame.select(
         pl.len().alias("documents"),
-        pl.col("language_score").is_not_null().sum().alias("governed"),
-        (pl.col("language_score").is_not_null() & ~pl.col("decision").eq_missing(pl.col("decision_old")))
-        .sum()
-        .alias("baseline_mismatches"),
+        governed.sum().alias("governed"),
+        (governed & ~pl.col("decision").eq_missing(pl.col("decision_old"))).sum().alias("baseline_mismatches"),
     ).collect()
+    partitions = set(frame.select(pl.col("partition").unique()).collect()["partition"].to_list())
+    return changed, stats.row(0, named=True), partitions
+
+
+def dry_run_thresholds(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict:
+    """Flips kept <-> dropped under `new`, from curated.documents at its current snapshot (pinned in the report),
+    streamed batch by batch (memory holds one batch and the changed rows): doc ids, counts per crawl, language
+    and domain class, words and characters, tokenizer tokens of the documents that would be dropped
+    (tokenized.documents at its current snapshot), and the partitions to re-materialise: those with a changed
+    decision, or every partition when a perplexity percentile changes (buckets are not predicted)."""
+    pinned = lakehouse.snapshot_ids([CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS])
+    reader = lakehouse.batches_at(CURATED_DOCUMENTS, pinned[CURATED_DOCUMENTS.identifier], DRY_RUN_COLUMNS)
+    empty = pa.RecordBatch.from_pylist([], schema=reader.schema)
+    parts, totals, every_partition = [], Counter(), set()
+    for batch in (empty, *reader):
+        changed, stats, partitions = _batch_changes(batch, old, new)
+        parts.append(changed)
+        totals.update(stats)
+        every_partition |= partitions
+    changed = pl.concat(parts).with_columns(
+        pl.col("host").map_elements(registered_domain_class, return_dtype=pl.String).alias("domain_class")
+    )
+    buckets_change = any(old[k] != new[k] for k in ("ppl_head_pct", "ppl_tail_pct"))
     flips = _flips(changed, "kept", "kept_new")
     return {
         "kind": "thresholds",
         "pinned": pinned,
-        **stats.row(0, named=True),
+        **{k: totals[k] for k in ("documents", "governed", "baseline_mismatches")},
         "flips": flips,
         "n_to_kept": len(flips["to_kept"]),
         "n_to_dropped": len(flips["to_dropped"]),
         "changed": [
             [r["doc_id"], r["decision"], r["decision_new"]] for r in changed.sort("doc_id").iter_rows(named=True)
         ],
-        "partitions": sorted(set(changed["partition"].to_list())),
+        "partitions": sorted(every_partition if buckets_change else set(changed["partition"].to_list())),
+        "ppl_buckets": "recomputed on apply, not predicted" if buckets_change else "unchanged",
         "by": {col: _flip_counts(changed, col) for col in ("crawl", "language", "domain_class")},
         "by_reason": _flip_counts(
             changed.with_columns(pl.coalesce("decision", "decision_new").alias("reason")), "reason"

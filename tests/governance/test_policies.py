@@ -189,3 +189,22 @@ def test_funnel_drift_names_the_reasons_that_moved(lakehouse):
     assert none["drift"] == [] and (none["previous_crawl"], none["crawl"]) == ("CRAWL-A", "CRAWL-B")
     found = proposals.funnel_drift(lakehouse, 0.0)
     assert found["drift"] and all(abs(d["share"] - d["previous_share"]) > 0 for d in found["drift"])
+
+
+def test_a_perplexity_percentile_change_flips_nothing_but_rewrites_every_partition(lakehouse):
+    write_documents(lakehouse)
+    base = policies.active(lakehouse, "thresholds")
+    report = proposals.dry_run(
+        lakehouse, "thresholds", base.policy, proposals.set_threshold(base.policy, "ppl_head_pct", 20.0)
+    )
+    assert report["flips"] == {"to_kept": [], "to_dropped": []} and report["changed"] == []
+    assert report["partitions"] == ["CRAWL-A/seg-1", "CRAWL-B/seg-1"]
+    assert report["ppl_buckets"] == "recomputed on apply, not predicted"
+
+
+def test_the_dry_run_of_an_empty_lakehouse_is_empty(lakehouse):
+    base = policies.active(lakehouse, "thresholds")
+    report = proposals.dry_run(
+        lakehouse, "thresholds", base.policy, proposals.set_threshold(base.policy, "gopher_min_words", 1)
+    )
+    assert (report["documents"], report["partitions"], report["changed"]) == (0, [], [])

@@ -28,6 +28,9 @@ from tests.orchestration.dagster_server import dagster_server, graphql
 from tests.run_view.browser import launch_from_launchpad, missing_browser
 from tests.run_view.test_browser_publish import RUN, run_demo
 
+DRY_RUN_IN_UI = """{ assetOrError(assetKey: {path: ["governance", "proposals"]}) { ... on Asset {
+  assetMaterializations(limit: 10) { metadataEntries { label ... on TextMetadataEntry { text }
+  ... on IntMetadataEntry { intValue } ... on MarkdownMetadataEntry { mdStr } } } } } }"""
 THRESHOLD, VALUE = "quality.gopher_min_alpha_token_frac", "0.7"  # Gopher's 0.8, relaxed
 PROPOSER, REVIEWER = "agent:threshold-tuner", "alice-in-the-browser"
 
@@ -104,6 +107,16 @@ def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_
             port, "tokenlake", "review_proposal", launchpad_yaml(config), tmp_path / "approve.png"
         )
         run = graphql(port, RUN, {"id": run_id})["runOrError"]
+        materialisations = graphql(port, DRY_RUN_IN_UI)["assetOrError"]["assetMaterializations"]
+    # the dry-run the reviewer saw, on governance/proposals in the UI (the funnel_drift sensor may have filed a
+    # report there too while the daemon ran)
+    shown = [
+        {m["label"]: m.get("text") or m.get("intValue") or m.get("mdStr") for m in e["metadataEntries"]}
+        for e in materialisations
+    ]
+    shown = next(e for e in shown if e["proposal_id"] == pid)
+    assert shown["proposal_id"] == pid and shown["proposal_sha256"] == row["proposal_sha256"]
+    assert shown["documents_to_kept"] == len(predicted["to_kept"]) and "image/png" in shown["flips_plot"]
     assert status == "SUCCESS" and {"key": "tokenlake/gate", "value": "policy"} in run["tags"]
     approved = proposals.load(lakehouse, pid)
     assert (approved["status"], approved["reviewer"], approved["decided_by_run_id"]) == ("approved", REVIEWER, run_id)
