@@ -291,6 +291,26 @@ def proposal_metadata(lakehouse, row: dict) -> dict:
     }
     if row["kind"] == "thresholds":
         out.update(threshold_metadata(lakehouse, report))
+    if row["kind"] == "mixture" and "realised" in report.get("new", {}):
+        out["mixture"] = md_table(
+            ["policy", "component", "requested share", "realised token share", "tokens", "documents"],
+            [
+                [
+                    label,
+                    r["component"],
+                    f"{r['requested_share']:.2%}",
+                    f"{r['token_share']:.2%}",
+                    r["tokens"],
+                    r["documents"],
+                ]
+                for label in ("old", "new")
+                for r in report[label].get("realised", [])
+            ],
+        )
+        out["view_size"] = md_table(
+            ["policy", "samples", "tokens"],
+            [[k, report[k].get("n_samples"), report[k].get("n_tokens")] for k in ("old", "new")],
+        )
     return out
 
 

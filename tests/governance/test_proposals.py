@@ -279,6 +279,8 @@ def test_mixture_and_deletion_proposals_dry_run_on_the_current_lakehouse(lakehou
     assert report["eligible_documents"] == 12
     assert report["old"]["n_tokens"] > report["new"]["n_tokens"] > 0  # only seg-a's documents
     assert [r["component"] for r in report["new"]["realised"]] == ["a"]
+    event = instance.get_latest_materialization_event(dg.AssetKey(["governance", "proposals"]))
+    assert "| new | a | 100.00% |" in event.asset_materialization.metadata["mixture"].value
 
     doc_id = tokenized[0]["doc_id"]
     rules = {"rules": [{"key_type": "doc_id", "value": doc_id, "reason": "opt-out"}]}
