@@ -36,9 +36,10 @@ import copy
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,7 @@ from loader.errors import (
     StateVersionMismatch,
     TokenizerMismatch,
 )
+from loader.metrics import LoaderMetrics
 from loader.order import ORDER_VERSION, Schedule, epoch_order, rank_slice, worker_steps
 from loader.packing import PackedBatch, check_policy, gather_stream, pack_batch, sequence_pieces, stream_offsets
 from loader.view import RunView
@@ -332,14 +334,48 @@ def keep_batch(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
-def _assembled(plan: BatchPlan, batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _assembled(plan: BatchPlan, batches: Iterator[dict[str, Any]], readers: dict) -> Iterator[dict[str, Any]]:
     try:
         for b in batches:
-            yield plan.assemble(b) if "stream" in b else b
+            if "stream" not in b:
+                yield b
+                continue
+            if b.get("reader") is not None:
+                readers[b["worker"]] = b["reader"]
+            yield plan.assemble(b)
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
             close()
+
+
+_SUMMED = (
+    "fetches",
+    "fetch_bytes",
+    "fetch_seconds",
+    "retries",
+    "cache_hits",
+    "cache_misses",
+    "corrupt_refetched",
+    "decode_seconds",
+    "footer_reads",
+)
+
+
+def merge_reader_summaries(readers: list[dict]) -> dict:
+    """Reader counters of several processes summed; latency percentiles: the worst process's (an upper bound)."""
+    out: dict[str, Any] = {k: sum(r.get(k, 0) for r in readers) for k in _SUMMED}
+    hits, misses = out["cache_hits"], out["cache_misses"]
+    out["cache_hit_rate"] = hits / (hits + misses) if hits + misses else None
+    for q in ("fetch_latency_p50", "fetch_latency_p95", "fetch_latency_p99"):
+        vals = [r[q] for r in readers if r.get(q) is not None]
+        out[q] = max(vals) if vals else None
+    out["peak_readahead_bytes"] = max([r.get("peak_readahead_bytes", 0) for r in readers], default=0)
+    return out
+
+
+def _log_metrics(m: dict) -> None:
+    logging.getLogger("loader").info("loader metrics %s", json.dumps(m, sort_keys=True, default=str))
 
 
 def _accelerator_available() -> bool:
@@ -386,6 +422,12 @@ class RunViewDataset(IterableDataset):
         self._cursor = 0  # next global step (main-process semantics)
         self._worker: dict | None = None  # {"id", "num_workers", "next_step"} inside a DataLoader worker
         self.compact = False  # workers yield BatchPlan.read() results (RunViewLoader assembles them)
+        self.readahead = None  # the active loader.storage.Readahead, when the source reads through a cache
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["readahead"] = None  # threads stay in the process that started them
+        return state
 
     @property
     def stop_step(self) -> int | None:
@@ -411,12 +453,54 @@ class RunViewDataset(IterableDataset):
         # RunViewLoader sets `compact` for its DataLoader workers: they read and verify, the main process
         # assembles (pickling 2 bytes per token instead of 40 in five int64 tensors through shared memory)
         compact = self.compact and get_worker_info() is not None
-        for k in self._steps():
-            yield (
-                self.plan.read(k, self.rank, self.world_size)
-                if compact
-                else self.plan.batch(k, self.rank, self.world_size)
-            )
+        readahead = self._readahead()
+        try:
+            for k in self._steps():
+                if readahead is not None:
+                    readahead.advance(k)
+                if compact:
+                    batch = self.plan.read(k, self.rank, self.world_size)
+                    batch["reader"], batch["worker"] = self.reader_summary(disk=False), get_worker_info().id
+                    yield batch
+                else:
+                    yield self.plan.batch(k, self.rank, self.world_size)
+        finally:
+            if readahead is not None:
+                readahead.close()
+
+    def _readahead(self):
+        """A loader.storage.Readahead over this worker's future steps, when the source reads through a cache."""
+        source = self.plan.view.source
+        config = source.readahead_config() if hasattr(source, "readahead_config") else None
+        if config is None:
+            return None
+        from loader.storage import Readahead
+
+        info = get_worker_info()
+        n, wid = (info.num_workers, info.id) if info is not None else (1, 0)
+        w = self._worker
+        first = int(w["next_step"]) if w is not None and w.get("id") == wid else self._cursor + wid
+        stop = self.stop_step
+
+        def future():
+            k = first
+            while stop is None or k < stop:
+                yield k, source.keys_of(self.plan.samples_needed(k, self.rank, self.world_size))
+                k += n
+
+        self.readahead = Readahead(future(), source.fetch_to_cache, config[0], config[1])
+        return self.readahead
+
+    def reader_summary(self, disk: bool = True) -> dict | None:
+        """This process's row-group reader counters (loader.storage.RowGroupReader.summary), if any."""
+        reader = getattr(self.plan.view.source, "_reader", None)
+        if reader is None:
+            return None
+        out = reader.summary(disk=disk)
+        ra = self.readahead
+        if ra is not None:
+            out.update(queue_depth=ra.depth(), readahead_bytes=ra.ahead_bytes, peak_readahead_bytes=ra.peak_ahead_bytes)
+        return out
 
     def state_dict(self) -> dict:
         """The cursor (plus this worker's stride position inside a DataLoader worker)."""
@@ -451,11 +535,16 @@ class RunViewLoader:
         epochs: int | None | str = "manifest",
         metrics: Any = None,
         multiprocessing_context: str | None = None,
+        log_every: int = 0,
+        on_metrics: Callable[[dict], None] | None = None,
     ):
         """`num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
         (loader.prefetch.Prefetcher, 0 = none); `pin_memory`: tensors in page-locked host memory (when an
-        accelerator is present; a no-op on CPU-only machines); `metrics`: a loader.metrics.LoaderMetrics."""
-        if metrics is not None and hasattr(view.source, "on_read"):
+        accelerator is present; a no-op on CPU-only machines); `metrics`: a loader.metrics.LoaderMetrics to
+        record into (default: a new one; `metrics()` reports); every `log_every` steps `on_metrics(metrics())`
+        is called (default: logged at INFO on the "loader" logger)."""
+        metrics = LoaderMetrics() if metrics is None else metrics
+        if hasattr(view.source, "on_read"):
             # a copy of the view whose reader reports row-group read latency to `metrics` (reads in this process
             # only: DataLoader workers read with their own copy, so their latency is not seen here)
             view = copy.copy(view)
@@ -473,7 +562,9 @@ class RunViewLoader:
             max_steps=max_steps,
             epochs=epochs,
         )
-        self.num_workers, self.prefetch, self.metrics = num_workers, prefetch, metrics
+        self.num_workers, self.prefetch, self.meter = num_workers, prefetch, metrics
+        self.log_every, self.on_metrics = int(log_every), on_metrics
+        self._worker_readers: dict[int, dict] = {}  # the latest reader counters each DataLoader worker sent
         self.pin_memory = bool(pin_memory) and _accelerator_available()
         self.multiprocessing_context = multiprocessing_context
         self._cursor = 0
@@ -507,7 +598,7 @@ class RunViewLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         it = self._batches()
         if self.num_workers:  # workers hand over compact batches; assembling them is the read-ahead thread's job
-            it = _assembled(self.plan, it)
+            it = _assembled(self.plan, it, self._worker_readers)
         if self.prefetch:
             from loader.prefetch import Prefetcher
 
@@ -528,14 +619,52 @@ class RunViewLoader:
                 self._cursor = batch["step"] + 1
                 if self.pin_memory:
                     batch = pin_batch(batch)
-                if self.metrics is not None:
-                    self.metrics.record_batch(int(batch["input_ids"].numel()), wait)
+                self.meter.record_batch(int(batch["input_ids"].numel()), wait)
+                if self.log_every and self._cursor % self.log_every == 0:
+                    (self.on_metrics or _log_metrics)(self.metrics())
                 yield batch
         finally:
             close = getattr(it, "close", None)
             if close is not None:
                 close()
             self.prefetcher = None
+
+    def metrics(self, gather: bool = False) -> dict:
+        """This rank's loader metrics: tokens/s, data-wait fraction, batches and tokens; row-group reads (this
+        process and every DataLoader worker): cache hit rate, fetch latency p50/p95/p99 (s), decode seconds,
+        retries, corrupt cached copies re-fetched, bytes fetched, queue depth, cache bytes on disk.
+        `gather=True` (collective, every rank at once) adds the straggler view over torch.distributed ranks:
+        slowest rank's tokens/s over the median's."""
+        m = self.meter.summary()
+        out = {
+            "rank": self.dataset.rank,
+            "world_size": self.dataset.world_size,
+            "global_step": self._cursor,
+            "batches": m["batches"],
+            "tokens": m["tokens"],
+            "tokens_per_s": m["tokens_per_second"],
+            "data_wait_fraction": m["data_wait_fraction"],
+            "data_wait_seconds": m["data_wait_seconds"],
+        }
+        readers = [r for r in (self.dataset.reader_summary(disk=False), *self._worker_readers.values()) if r]
+        out.update(merge_reader_summaries(readers))
+        depth = self.prefetcher.depth() if self.prefetcher is not None else 0
+        out["queue_depth"] = depth + sum(int(r.get("queue_depth", 0)) for r in readers)
+        storage = getattr(self.plan.view.source, "storage", None)
+        if storage is not None and storage.cache_dir:
+            from loader.storage import NodeCache
+
+            out["cache_bytes"] = NodeCache(storage.cache_dir, storage.cache_bytes).bytes_used()
+            out["cache_budget_bytes"] = storage.cache_bytes
+        if gather and torch.distributed.is_available() and torch.distributed.is_initialized():
+            rates = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(rates, out["tokens_per_s"])
+            known = sorted(r for r in rates if r)
+            if known:
+                median = known[len(known) // 2] if len(known) % 2 else sum(known[len(known) // 2 - 1 :][:2]) / 2
+                out["rank_tokens_per_s"] = rates
+                out["straggler_ratio"] = known[0] / median  # slowest rank vs the median (1.0: none)
+        return out
 
     def state_dict(self) -> dict:
         """{format, state_version, run_view_id, global_step, epoch, fingerprint, fingerprint_sha256}."""

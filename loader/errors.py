@@ -53,9 +53,9 @@ class UnsupportedLayout(LoaderError):
 class ChecksumMismatch(LoaderError):
     """Token bytes read do not hash to the recorded tokens_sha256; `doc_id` names the document."""
 
-    def __init__(self, message: str, doc_id: str):
+    def __init__(self, message: str, doc_id: str | None = None):
         super().__init__(message)
-        self.doc_id = doc_id
+        self.doc_id = doc_id  # None only when re-raised from a DataLoader worker (torch passes the message alone)
 
 
 # --- configuring and resuming ---------------------------------------------------------------------------

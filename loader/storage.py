@@ -62,6 +62,8 @@ class StorageConfig:
     backoff_base_s: float = 0.05
     backoff_max_s: float = 2.0
     cache_local: bool = False  # also cache row groups of local files (benchmarks, tests)
+    readahead_bytes: int = 256 << 20  # fetched ahead of the consumer (capped at half the cache budget)
+    readahead_threads: int = 4
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -146,6 +148,8 @@ class NodeCache:
         """Store atomically (temp file, fsync-free rename), then evict least recently used files over budget."""
         p = self.path(obj, row_group)
         p.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._evict(keep=p, room=len(data) + len(_MAGIC) + 8)  # make room first: never over budget here
         tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         with open(tmp, "wb") as fh:
             fh.write(_MAGIC + struct.pack("<Q", offset))
@@ -171,9 +175,9 @@ class NodeCache:
                 out.append((st.st_atime if st.st_atime > st.st_mtime else st.st_mtime, st.st_size, p))
         return out
 
-    def _evict(self, keep: Path) -> None:
+    def _evict(self, keep: Path, room: int = 0) -> None:
         entries = self._scan()  # other processes write here too: the directory is the truth
-        total = sum(e[1] for e in entries)
+        total = sum(e[1] for e in entries) + room
         if total <= self.budget:
             return
         for _, size, p in sorted(entries):
@@ -268,38 +272,43 @@ class RowGroupReader:
         self._files[path] = f
         return f
 
-    def _read_at(self, path: str, offset: int, n: int) -> bytes:
-        """n bytes at offset, retried with jittered backoff on I/O errors (remote objects)."""
+    def _retry(self, path: str, what: str, op: Callable[[Any], Any]) -> Any:
+        """`op(open file)` retried with jittered backoff on I/O errors (remote objects: `max_attempts`)."""
         attempts = self.config.max_attempts if self._remote(path) else 1
         for attempt in range(1, attempts + 1):
             try:
                 with self._lock:
                     f = self._open(path)
-                data = f.read_at(n, offset)
-                if len(data) != n:
-                    raise OSError(f"short read: {len(data)} of {n} bytes")
-                return data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data)
+                return op(f)
             except (OSError, pa.ArrowException) as exc:
                 with self._lock:
                     self._files.pop(path, None)
+                    self._parquet.pop(path, None)
                 if attempt == attempts:
-                    raise StorageError(
-                        f"could not read {n} bytes at {offset} of {path} after {attempts} attempts: {exc}"
-                    ) from exc
+                    raise StorageError(f"could not {what} of {path} after {attempts} attempts: {exc}") from exc
                 with self._lock:
                     self.stats["retries"] += 1
                     delay = backoff_seconds(attempt, self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
+    def _read_at(self, path: str, offset: int, n: int) -> bytes:
+        """n bytes at offset (one ranged read), retried."""
+
+        def op(f) -> bytes:
+            data = f.read_at(n, offset)
+            if len(data) != n:
+                raise OSError(f"short read: {len(data)} of {n} bytes")
+            return data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data)
+
+        return self._retry(path, f"read {n} bytes at {offset}", op)
+
     def footer(self, path: str) -> tuple[pq.FileMetaData, int]:
         """(Parquet footer, object size), read once per process per object."""
         got = self._footers.get(path)
         if got is not None:
             return got
-        with self._lock:
-            f = self._open(path)
-        size = f.size()
+        size = self._retry(path, "read the size", lambda f: f.size())
         tail = self._read_at(path, size - 8, 8)
         (length,) = struct.unpack("<I", tail[:4])
         raw = self._read_at(path, size - 8 - length, length + 8)
@@ -408,8 +417,8 @@ class RowGroupReader:
         self.cache.put(path, row_group, offset, data)
         return len(data)
 
-    def summary(self) -> dict:
-        """Counters plus fetch latency p50/p95/p99 (seconds) and the cache's bytes on disk."""
+    def summary(self, disk: bool = True) -> dict:
+        """Counters plus fetch latency p50/p95/p99 (seconds) and (`disk`) the cache's bytes on disk."""
         with self._lock:
             s = dict(self.stats)
             lat = sorted(self._latencies)
@@ -418,5 +427,108 @@ class RowGroupReader:
         s["fetch_latency_p50"] = percentile(lat, 50)
         s["fetch_latency_p95"] = percentile(lat, 95)
         s["fetch_latency_p99"] = percentile(lat, 99)
-        s["cache_bytes"] = self.cache.bytes_used() if self.cache is not None else 0
+        if disk:
+            s["cache_bytes"] = self.cache.bytes_used() if self.cache is not None else 0
         return s
+
+
+class Readahead:
+    """Fetches the row groups a loader will need into the node cache before it needs them, in the loader's own
+    deterministic future order, with at most `max_bytes` fetched ahead of the consumer (plus the error of its
+    estimate of the reads in flight: the largest row group seen so far) and `threads` reads in flight (object
+    stores reward concurrency; a slow store is hidden up to that depth).
+
+    `plan` yields (step, [row-group keys]) in the order the consumer will ask for them; `fetch(key)` brings one
+    into the cache and returns the bytes it fetched (0 when it was cached already). The consumer calls
+    `advance(step)` as it starts each step, which releases what earlier steps held of the byte budget.
+    """
+
+    def __init__(
+        self,
+        plan,
+        fetch: Callable[[int], int],
+        max_bytes: int,
+        threads: int = 4,
+        name: str = "tokenlake-readahead",
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if max_bytes < 1 or threads < 1:
+            raise ValueError(f"max_bytes and threads must be >= 1, got {max_bytes}, {threads}")
+        self.max_bytes, self.threads = int(max_bytes), int(threads)
+        self._fetch = fetch
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._ahead: dict[int, int] = {}  # step -> bytes fetched for it, not yet consumed
+        self._in_flight = 0
+        self._largest = 0
+        self._current = -1
+        self.ahead_bytes = 0
+        self.peak_ahead_bytes = 0
+        self.fetched = 0
+        self.error: BaseException | None = None
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self._thread = threading.Thread(target=self._run, args=(iter(plan),), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, plan) -> None:
+        seen: dict[int, int] = {}
+        try:
+            for step, keys in plan:
+                for key in keys:
+                    if self._stop.is_set():
+                        return
+                    if key in seen and seen[key] >= self._current:  # already fetched for a step still ahead
+                        continue
+                    seen[key] = step
+                    with self._cond:
+                        while not self._stop.is_set() and (
+                            self._in_flight >= self.threads
+                            or (self._largest == 0 and self._in_flight > 0)  # size unknown: one at a time
+                            or self.ahead_bytes + (self._in_flight + 1) * self._largest > self.max_bytes
+                        ):
+                            self._cond.wait(0.05)
+                        if self._stop.is_set():
+                            return
+                        self._in_flight += 1
+                    self._pool.submit(self._one, step, key)
+                if len(seen) > 65536:  # forget what the consumer has passed (a later epoch fetches it again)
+                    seen = {k: s for k, s in seen.items() if s >= self._current}
+        except BaseException as exc:  # noqa: BLE001 - reported to the consumer through `error`
+            self.error = exc
+
+    def _one(self, step: int, key: int) -> None:
+        try:
+            n = self._fetch(key) if not self._stop.is_set() else 0
+        except BaseException as exc:  # noqa: BLE001 - the consumer's own read raises the real error
+            n = 0
+            self.error = exc
+        with self._cond:
+            self._in_flight -= 1
+            self._largest = max(self._largest, n)
+            if step >= self._current and n:
+                self._ahead[step] = self._ahead.get(step, 0) + n
+                self.ahead_bytes += n
+                self.peak_ahead_bytes = max(self.peak_ahead_bytes, self.ahead_bytes)
+            self.fetched += 1 if n else 0
+            self._cond.notify_all()
+
+    def advance(self, step: int) -> None:
+        """The consumer starts `step`: bytes fetched for earlier steps no longer count as ahead."""
+        with self._cond:
+            self._current = step
+            for s in [s for s in self._ahead if s < step]:
+                self.ahead_bytes -= self._ahead.pop(s)
+            self._cond.notify_all()
+
+    def depth(self) -> int:
+        """Row-group reads in flight plus steps with fetched row groups waiting."""
+        with self._cond:
+            return self._in_flight + len(self._ahead)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # reads in flight end within the request timeout

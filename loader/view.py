@@ -31,6 +31,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -111,6 +112,9 @@ class InMemorySource:
             doc = self.doc_ids[s]
             out[s] = verified_tokens(doc, self.data[doc], self.tokens_sha256[s], self.token_dtype)
         return out
+
+
+_READER_LOCK = threading.Lock()
 
 
 @dataclass
@@ -216,8 +220,11 @@ class RowGroupSource:
         if self._pid != os.getpid():
             from loader.storage import RowGroupReader
 
-            self._cache, self._pid = OrderedDict(), os.getpid()
-            self._reader = RowGroupReader(self.io_properties, self.storage)
+            with _READER_LOCK:  # read-ahead threads ask at the same time; _pid goes last
+                if self._pid != os.getpid():
+                    self._cache, self._arena = OrderedDict(), None
+                    self._reader = RowGroupReader(self.io_properties, self.storage)
+                    self._pid = os.getpid()
         return self._reader
 
     def _samples_of(self, key: int) -> np.ndarray:
@@ -252,6 +259,25 @@ class RowGroupSource:
         while len(self._cache) > self.max_cached:
             self._cache.popitem(last=False)
         return entry
+
+    def readahead_config(self) -> tuple[int, int] | None:
+        """(bytes, threads) for a `loader.storage.Readahead` when row groups go through a node cache, else None."""
+        cfg = self.storage
+        if cfg is None or not cfg.cache_dir:
+            return None
+        if not (cfg.cache_local or any(f.startswith(("s3://", "s3a://", "s3n://")) for f in self.files)):
+            return None
+        return max(1, min(cfg.readahead_bytes, cfg.cache_bytes // 2)), cfg.readahead_threads
+
+    def keys_of(self, samples: np.ndarray) -> list[int]:
+        """The row-group keys of `samples`, in the order they are first needed."""
+        keys = self.key[np.asarray(samples, np.int64)]
+        _, first = np.unique(keys, return_index=True)
+        return keys[np.sort(first)].tolist()
+
+    def fetch_to_cache(self, key: int) -> int:
+        """Bring row group `key` into the node cache (no decode); bytes fetched, 0 if it was there."""
+        return self.reader.prefetch(self.files[int(key >> 32)], int(key & 0xFFFFFFFF))
 
     def _entries(self, samples: np.ndarray) -> tuple[list[RowGroup], np.ndarray, np.ndarray]:
         keys, inverse = np.unique(self.key[samples], return_inverse=True)
@@ -421,6 +447,7 @@ def _view_from_layout(
     io_properties: Mapping[str, str],
     origin: str,
     max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS,
+    storage=None,
 ) -> RunView:
     fi = samples.column("file_index").to_numpy().astype(np.int64)
     rg = samples.column("row_group").to_numpy().astype(np.int64)
@@ -436,6 +463,7 @@ def _view_from_layout(
         max_cached=max_cached_row_groups,
         run_view_id=run_view_id,
         token_dtype=manifest["tokenizer"].get("token_dtype", "uint16"),
+        storage=storage,
     )
     blocks = layout_block_ids(samples.column("repetition").to_numpy(), fi, rg)
     return RunView(run_view_id, status, manifest, sha, samples.select(SAMPLE_COLUMNS), blocks, source, origin)
@@ -548,12 +576,14 @@ def open_run_view(
     bundle: str | Path | None = None,
     io_properties: Mapping[str, str] | None = None,
     max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS,
+    storage=None,
 ) -> RunView:
     """Open a published run view by id from the lakehouse (`catalog`: a `Lakehouse`, a pyiceberg catalog, or
     None for the configured one), or from an exported bundle directory; refuses candidate, rejected and
-    superseded views with named errors."""
+    superseded views with named errors. `storage` (loader.storage.StorageConfig): timeouts, retries and the
+    node-local cache for token objects on object storage."""
     if bundle is not None:
-        return _open_bundle(Path(bundle), run_view_id, io_properties or {}, max_cached_row_groups)
+        return _open_bundle(Path(bundle), run_view_id, io_properties or {}, max_cached_row_groups, storage)
     if not run_view_id:
         raise ValueError("give a run_view_id (catalog) or bundle=<exported directory>")
     row, manifest, files, with_layout, props = _published_from_catalog(catalog, run_view_id)
@@ -569,6 +599,7 @@ def open_run_view(
         props,
         "catalog",
         max_cached_row_groups,
+        storage,
     )
 
 
@@ -602,7 +633,7 @@ def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog: Lakehouse
 
 
 def _open_bundle(
-    path: Path, run_view_id: str | None, io_properties: Mapping[str, str], max_cached_row_groups: int
+    path: Path, run_view_id: str | None, io_properties: Mapping[str, str], max_cached_row_groups: int, storage=None
 ) -> RunView:
     meta_path = path / "run_view.json"
     if not meta_path.is_file():
@@ -631,6 +662,7 @@ def _open_bundle(
         io_properties,
         "bundle",
         max_cached_row_groups,
+        storage,
     )
 
 

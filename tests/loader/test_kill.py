@@ -115,7 +115,7 @@ def worker(args: argparse.Namespace) -> None:
             ckpt.save_generation(
                 args.ckpt, g, {"model": model.state_dict(), "tokens_seen": tokens_seen, "loader": data.state_dict()}
             )
-    log.write(json.dumps({"done": data.global_step, "metrics": data.metrics.summary()}) + "\n")
+    log.write(json.dumps({"done": data.global_step, "metrics": data.meter.summary()}) + "\n")
     log.close()
     dist.destroy_process_group()
 
