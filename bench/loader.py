@@ -428,7 +428,7 @@ def child_ttfb(args) -> None:
     )
 
 
-def ttfb_rounds(home: Path, rv: str, bundle: Path | None, args) -> list[dict]:
+def ttfb_rounds(home: Path, rv: str, bundle: Path | None, args, layout_cache: Path | None = None) -> list[dict]:
     cmd = [
         sys.executable,
         __file__,
@@ -445,12 +445,17 @@ def ttfb_rounds(home: Path, rv: str, bundle: Path | None, args) -> list[dict]:
     ]
     if bundle is not None:
         cmd += ["--bundle", str(bundle)]
+    env = {k: v for k, v in os.environ.items() if k != "TOKENLAKE_LAYOUT_CACHE"}
+    env["PYTHONPATH"] = str(ROOT)
+    if layout_cache is not None:  # the node-local layout cache, filled by one untimed run first
+        env["TOKENLAKE_LAYOUT_CACHE"] = str(layout_cache)
     out = []
-    for _ in range(args.repeats):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for r in range(args.repeats + (layout_cache is not None)):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise BenchFailure(f"time-to-first-batch child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if layout_cache is None or r > 0:
+            out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return out
 
 
@@ -588,6 +593,7 @@ def run_bench(work: Path, args) -> int:
     print(f"\n## 3. time to first batch, rank 7 of 8, fresh process (median of {args.repeats})", flush=True)
     cat = ttfb_rounds(homes["wide"], views["wide"], None, args)
     bun = ttfb_rounds(homes["wide"], views["wide"], bundle, args)
+    warm = ttfb_rounds(homes["wide"], views["wide"], None, args, layout_cache=work / "layouts")
     if cat[0]["row_groups"] < args.min_row_groups:
         raise BenchFailure(
             f"the wide view has {cat[0]['row_groups']} row groups, fewer than {args.min_row_groups}; raise --docs"
@@ -598,7 +604,7 @@ def run_bench(work: Path, args) -> int:
         "| from | import s | open s | loader s | first batch s | total s | after import s | vs footers |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|"
     )
-    for name, rs in (("catalog", cat), ("bundle", bun)):
+    for name, rs in (("catalog", cat), ("catalog, node layout cache", warm), ("bundle", bun)):
         after = med(rs, "after_import_s")
         print(
             f"| {name} | {med(rs, 'import_s'):.2f} | {med(rs, 'open_s'):.2f} | {med(rs, 'init_s'):.3f} | "
@@ -646,6 +652,8 @@ def run_bench(work: Path, args) -> int:
             "first_batch_after_import_s": med(cat, "after_import_s"),
             "first_batch_import_s": med(cat, "import_s"),
             "first_batch_bundle_s": med(bun, "total_s"),
+            "first_batch_layout_cached_s": med(warm, "total_s"),
+            "first_batch_layout_cached_after_import_s": med(warm, "after_import_s"),
             "row_groups": cat[0]["row_groups"],
             "state_dict_us": per_call * 1e6,
             "load_state_dict_first_batch_ms": resume_s * 1000,
