@@ -20,6 +20,8 @@ tokenlake delete KEY_TYPE VALUE --reason TEXT --requested-by NAME [--now]
 tokenlake deletions [REQUEST_ID]      deletion requests, or one request's deletion report
 tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs N]
                                       WARC record -> curated decisions -> tokens -> run views and steps
+tokenlake capacity --run-view ID --step-time S --world-size N [--headroom 0.7]
+                                      storage demand of a training run next to a short soak's rate
 tokenlake propose threshold|mixture|deletion ... --by WHO
 tokenlake proposals list|show|approve|reject|apply|rollback|verify
                                       policy changes as reviewed proposals (orchestration/propose.py)
@@ -312,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     prov.add_argument("--global-batch-size", type=int, default=None, help="to list the global steps serving it")
     prov.add_argument("--epochs", type=int, default=1, help="epochs to list steps for")
     prov.set_defaults(fn=cmd_provenance)
+    from orchestration.capacity import add_parser as register_capacity  # capacity
+
+    register_capacity(sub)
     from orchestration.propose import register as register_proposals  # propose, proposals
 
     register_proposals(sub)
