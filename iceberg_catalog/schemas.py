@@ -212,6 +212,9 @@ CURATED_DOCUMENTS = TableDef(
         (77, "fineweb_short_line_ratio", DoubleType(), False),
         (78, "fineweb_char_dup_ratio", DoubleType(), False),
         (79, "fineweb_newline_ratio", DoubleType(), False),
+        # the language whose rules judged the document: en (English Gopher/C4/FineWeb), a FineWeb-2 language,
+        # or `default` (assets/curated/language_rules.py); null when there is no text
+        (80, "quality_rules", StringType(), False),
     ),
     partition_by=("crawl", "segment"),
 )

@@ -14,6 +14,7 @@ from multiprocessing import get_context
 
 from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, Extractor, normalise_text
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
+from assets.curated.language_rules import check_rules_table, rules_for
 from assets.curated.perplexity import HEAD_PCT, TAIL_PCT, PerplexityScorer
 from assets.curated.pii import PII_TYPES, redact
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_decision, quality_signals
@@ -113,6 +114,7 @@ class DocumentCurator:
     The read-only models are loaded once per process (partitions curated in one process share them)."""
 
     def __init__(self, params: CurateParams, lm_path: str) -> None:
+        check_rules_table(params.quality)
         self.params = params
         self.extractor = Extractor(timeout_s=params.extract_timeout_s, max_html_bytes=params.max_html_bytes)
         self.lid = _language_identifier()
@@ -153,6 +155,7 @@ class DocumentCurator:
             "perplexity": None,
             "lm_n_words": None,
             "ppl_bucket": None,
+            "quality_rules": None,
             **_empty_signals(),
         }
         status = rec["http_status"]
@@ -169,15 +172,16 @@ class DocumentCurator:
         row.update(text=text, text_sha256=text_sha256(text), n_chars=len(text))
         lang, score = self.lid.predict(text)
         row.update(language=lang, language_score=round(score, 6))
-        signals = quality_signals(text)
-        row.update(signals)
+        rules = rules_for(lang, p.quality)
+        signals = quality_signals(text, rules.words)
+        row.update(signals, quality_rules=rules.name)
         ppl = self.lm.score(text)
         row.update(lm_log10_prob_per_word=ppl.log10_prob_per_word, perplexity=ppl.perplexity, lm_n_words=ppl.n_words)
         reason = language_decision(
             lang, score, p.language_threshold, set(p.allowed_languages) if p.allowed_languages else None
         )
         if reason is None:
-            reason = quality_decision(signals, p.quality)
+            reason = quality_decision(signals, rules.thresholds)
         return _decide(row, reason, None) if reason else _decide(row, None, None)
 
 

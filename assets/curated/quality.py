@@ -48,13 +48,21 @@ Known differences from datatrove, all documented so a reader can judge them:
   turning datatrove's ``filter_curly_bracket`` off would.
 - Zero denominators give 0.0 (datatrove raises ZeroDivisionError on an empty document); an empty
   document fails ``gopher_quality_n_words_low``.
+
+Other languages (``language_rules.py``). ``quality_signals(text, words)`` with a ``WordRules`` computes the
+same columns the way FineWeb-2's per-language pipeline does: words come from the language's segmenter,
+``gopher_n_stop_words`` counts the language's stop words among all tokens (``’`` read as ``'``, so French
+``l’`` matches ``l'``), and the ``fineweb_*`` signals read the text as given (FineWeb-2 runs no C4 step) with
+FineWeb-2's newer semantics: only non-empty lines count, a line ends in punctuation when its last character
+is in ``MULTILINGUAL_TERMINAL_PUNCT``, and the newline ratio is newlines / tokens. ``words=None`` is the
+English path above, unchanged.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate, compress
 from operator import itemgetter
@@ -66,9 +74,11 @@ __all__ = [
     "QUALITY_SIGNAL_TYPES",
     "QualityThresholds",
     "QUALITY_SIGNAL_DOCS",
+    "WordRules",
     "c4_clean_text",
     "count_sentences",
     "quality_decision",
+    "quality_failures",
     "quality_signals",
     "tokenize_words",
 ]
@@ -107,6 +117,14 @@ _SENTENCE_BREAK = re.compile(
 )
 
 FINEWEB_SHORT_LINE_LENGTH = 30
+# FineWeb-2 (datatrove's TERMINAL_PUNCTUATION is Unicode's Terminal_Punctuation property): our subset of it,
+# with the quotes English FineWeb counts, for the scripts the carried languages use.
+MULTILINGUAL_TERMINAL_PUNCT = tuple(".!?'\"…。！？｡．؟۔।॥።፧።჻։՜՞")
+
+# The per-language rules table (``language_rules.py``, data/language_rules/fineweb2/) a thresholds policy was
+# approved with: its files' content hash. A test pins it to the files, so editing the table changes the
+# code's default policy, and a stored policy naming another table is refused rather than silently reread.
+LANGUAGE_RULES_TABLE = "fineweb2:e27c353834f0"
 
 QUALITY_SIGNAL_TYPES: dict[str, str] = {
     # gopher repetition (text as given)
@@ -199,6 +217,14 @@ QUALITY_SIGNAL_DOCS: dict[str, str] = {
     "fineweb_char_dup_ratio": "characters in repeated non-empty lines / non-newline characters",
     "fineweb_newline_ratio": "newlines / tokens",
 }
+
+
+@dataclass(frozen=True)
+class WordRules:
+    """How one language's text is cut into tokens and which of them are stop words (``language_rules.py``)."""
+
+    tokenize: Callable[[str], list[str]]
+    stop_words: frozenset[str]
 
 
 def tokenize_words(text: str) -> list[str]:
@@ -373,9 +399,29 @@ def _fineweb_signals(text: str, n_tokens: int | None, out: dict) -> None:
     out["fineweb_newline_ratio"] = _ratio(n_lines - 1, n_tokens)
 
 
-def quality_signals(text: str) -> dict[str, float | int]:
-    """Every Gopher/C4/FineWeb signal of ``text`` as a flat dict; keys and types are QUALITY_SIGNAL_TYPES."""
+def _fineweb2_signals(text: str, n_tokens: int, out: dict) -> None:
+    lines = [s for s in text.split("\n") if s.strip()]
+    n_lines = len(lines)
+    out["fineweb_n_lines"] = n_lines
+    out["fineweb_line_punct_ratio"] = _ratio(sum(1 for s in lines if s.endswith(MULTILINGUAL_TERMINAL_PUNCT)), n_lines)
+    out["fineweb_short_line_ratio"] = _ratio(sum(1 for s in lines if len(s) <= FINEWEB_SHORT_LINE_LENGTH), n_lines)
+    out["fineweb_char_dup_ratio"] = _ratio(_dup_count_and_chars(lines)[1], len(text) - text.count("\n"))
+    out["fineweb_newline_ratio"] = _ratio(text.count("\n"), n_tokens)
+
+
+def quality_signals(text: str, words: WordRules | None = None) -> dict[str, float | int]:
+    """Every Gopher/C4/FineWeb signal of ``text`` as a flat dict; keys and types are QUALITY_SIGNAL_TYPES.
+    ``words``: a language's tokenizer and stop words (FineWeb-2's way, see the module doc); None: English."""
     out: dict[str, float | int] = {}
+    if words is not None:
+        tokens = words.tokenize(text)
+        _repetition_signals(text, tokens, out)
+        _gopher_quality_signals(text, tokens, out)
+        stop = words.stop_words
+        out["gopher_n_stop_words"] = sum(1 for t in tokens if t in stop or t.replace("’", "'") in stop)
+        _c4_lines(text, out)
+        _fineweb2_signals(text, len(tokens), out)
+        return out
     tokens = TOKEN_RE.findall(text)
     _repetition_signals(text, tokens, out)
     _gopher_quality_signals(text, tokens, out)
@@ -433,6 +479,15 @@ class QualityThresholds:
     )
     fineweb_max_newline_ratio: float | None = knob(0.3, "FineWeb: max newlines per token")
 
+    per_language: bool = knob(
+        True,
+        "a document lid.176 puts in another language than English is judged by that language's rules "
+        "(language_rules.py: FineWeb-2's thresholds, word segmentation and stop words); false: English rules for all",
+    )
+    language_rules: str = knob(
+        LANGUAGE_RULES_TABLE, "the per-language rules table these thresholds were approved with (its content hash)"
+    )
+
 
 # (reason, signal, comparison that means "drop", threshold field); "_terminal" marks the c4 signals whose
 # *_terminal variant is read when c4_filter_no_terminal_punct is on.
@@ -488,8 +543,17 @@ _DROPS = {
 }
 
 
+def quality_failures(signals: Mapping, t: QualityThresholds = QualityThresholds()) -> list[str]:
+    """Every rule (in QUALITY_REASONS order) that ``signals`` fail under ``t``; the first is the decision."""
+    return list(_failures(signals, t))
+
+
 def quality_decision(signals: Mapping, t: QualityThresholds = QualityThresholds()) -> str | None:
     """The first rule (in QUALITY_REASONS order) that ``signals`` fail under ``t``, or None when kept."""
+    return next(_failures(signals, t), None)
+
+
+def _failures(signals: Mapping, t: QualityThresholds) -> Iterator[str]:
     for reason, signal, op, field in _RULES:
         limit = getattr(t, field)
         if limit is None:
@@ -506,5 +570,4 @@ def quality_decision(signals: Mapping, t: QualityThresholds = QualityThresholds(
         if _DROPS[op](value, limit):
             if reason == "fineweb_line_punct_ratio" and value == 0 and t.fineweb_line_punct_exclude_zero:
                 continue
-            return reason
-    return None
+            yield reason
