@@ -509,7 +509,15 @@ def run_bench(work: Path, args) -> int:
         flush=True,
     )
     rows: dict[str, list[dict]] = {
-        k: [] for k in ("memmap", "ours", "ours+prefetch4", "ours 2 workers", "ours, 4 docs/row group view")
+        k: []
+        for k in (
+            "memmap",
+            "ours",
+            "ours, no prefetch",
+            "ours+prefetch4",
+            "ours 2 workers",
+            "ours, 4 docs/row group view",
+        )
     }
     time_batches(memmap_batches(flat, args.global_batch, args.seq_len, 2), 2)  # warm imports
     for r in range(args.repeats):
@@ -517,11 +525,13 @@ def run_bench(work: Path, args) -> int:
         rows["memmap"].append(
             time_batches(memmap_batches(flat, args.global_batch, args.seq_len, args.steps, start), args.steps)
         )
-        rows["ours"].append(loader_round(homes["prod"], views["prod"], args, start_step=r * args.steps))
+        # "ours": the loader as a trainer gets it (default read-ahead: prefetch 2, one thread), in process
+        rows["ours"].append(loader_round(homes["prod"], views["prod"], args, prefetch=None, start_step=r * args.steps))
+        rows["ours, no prefetch"].append(loader_round(homes["prod"], views["prod"], args, start_step=r * args.steps))
         rows["ours+prefetch4"].append(
             loader_round(homes["prod"], views["prod"], args, prefetch=4, start_step=r * args.steps)
         )
-        w2 = loader_round(homes["prod"], views["prod"], args, num_workers=2, start_step=r * args.steps)
+        w2 = loader_round(homes["prod"], views["prod"], args, num_workers=2, prefetch=None, start_step=r * args.steps)
         rows["ours 2 workers"].append(
             {**w2, "tokens_per_s": w2["tokens_per_s"] / 2, "steady_tokens_per_s": w2["steady_tokens_per_s"] / 2}
         )
@@ -557,7 +567,10 @@ def run_bench(work: Path, args) -> int:
         f"Mosaic: {mosaic_note}"
         + (f"; MDS write {mosaic['write_s']:.1f} s untimed, {mosaic['samples']} samples" if mosaic else "")
     )
-    print("ours 2 workers = aggregate tokens/s of DataLoader(num_workers=2) / 2 on this 2-core machine")
+    print(
+        "ours = RunViewLoader as configured by default (prefetch 2: one read-ahead thread), in process; "
+        "ours 2 workers = aggregate tokens/s of DataLoader(num_workers=2) / 2 on this 2-core machine"
+    )
 
     # 2. data-wait at 1M tokens/s/rank --------------------------------------------------------------------------
     spt = 1.0 / CONSUMER_TOKENS_PER_S
@@ -645,6 +658,8 @@ def run_bench(work: Path, args) -> int:
             "worker_tokens_per_s": med(rows["ours 2 workers"], key),
             "worker_ratio_vs_in_process": med(rows["ours 2 workers"], key) / med(rows["ours"], key),
             "prefetch4_tokens_per_s": med(rows["ours+prefetch4"], key),
+            "tokens_per_s_no_prefetch": med(rows["ours, no prefetch"], key),
+            "ratio_vs_memmap_no_prefetch": med(rows["ours, no prefetch"], key) / base,
             "data_wait_after_first_batch": waits["ours, default prefetch"]["steady_wait_fraction"],
             "data_wait": waits["ours, default prefetch"]["wait_fraction"],
             "memmap_data_wait": waits["memmap"]["steady_wait_fraction"],

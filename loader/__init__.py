@@ -4,13 +4,17 @@ Imports no Dagster: training code does `import loader` with only torch, pyarrow 
 
     view = loader.open_run_view("web-en-3f2a9c1d0b7e")            # or open_run_view(bundle="/path/to/bundle")
     data = loader.RunViewLoader(view, global_batch_size=512)    # rank/world from torch.distributed
-    data.load_state_dict(ckpt["loader"])                        # any world size dividing 512
-    for batch in data: ...; ckpt["loader"] = data.state_dict()
+    state = {"model": ..., "loader": data}                      # the loader is a DCP Stateful
+    loader.dcp.load(state, "ckpt/")                              # any world size dividing 512
+    for batch in data: ...; loader.dcp.save(state, "ckpt/", batch["step"] + 1)
 
-Modules: view (open / export a run view), order (global order and step arithmetic), packing, dataset
-(BatchPlan, RunViewDataset, RunViewLoader, state), audit (reconstruct_batch, steps_serving), errors.
+Modules: view (open / export a run view), order (global order and step arithmetic), packing (vectorised
+batch packing), dataset (BatchPlan, RunViewDataset, RunViewLoader, state, metrics), storage (row-group reads:
+S3, retries, node-local cache, read-ahead), dcp (torch distributed checkpoint), audit (reconstruct_batch,
+steps_serving), metrics, errors.
 """
 
+from loader import dcp
 from loader.audit import ServedSpan, audit_record, batch_digest, reconstruct_batch, steps_serving
 from loader.dataset import (
     STATE_VERSION,
@@ -44,6 +48,7 @@ from loader.errors import (
 )
 from loader.order import ORDER_VERSION, Schedule, epoch_order
 from loader.packing import IGNORE_INDEX, PackedSequence, pack_documents, pack_sequence, unpack
+from loader.storage import StorageConfig, StorageError
 from loader.view import RunView, export_run_view, in_memory_view, open_run_view
 
 __all__ = [
@@ -75,9 +80,12 @@ __all__ = [
     "ServedSpan",
     "StateMismatch",
     "StateVersionMismatch",
+    "StorageConfig",
+    "StorageError",
     "TokenizerMismatch",
     "UnsupportedLayout",
     "audit_record",
+    "dcp",
     "batch_digest",
     "check_state",
     "epoch_order",
