@@ -450,12 +450,13 @@ class Readahead:
         max_bytes: int,
         threads: int = 4,
         name: str = "tokenlake-readahead",
+        max_steps: int = 64,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         if max_bytes < 1 or threads < 1:
             raise ValueError(f"max_bytes and threads must be >= 1, got {max_bytes}, {threads}")
-        self.max_bytes, self.threads = int(max_bytes), int(threads)
+        self.max_bytes, self.threads, self.max_steps = int(max_bytes), int(threads), int(max_steps)
         self._fetch = fetch
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -475,6 +476,9 @@ class Readahead:
         seen: dict[int, int] = {}
         try:
             for step, keys in plan:
+                with self._cond:  # never more than max_steps ahead, even when everything is cached already
+                    while not self._stop.is_set() and step > self._current + self.max_steps:
+                        self._cond.wait(0.05)
                 for key in keys:
                     if self._stop.is_set():
                         return
