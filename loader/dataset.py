@@ -65,7 +65,7 @@ from loader.view import RunView
 
 STATE_FORMAT = "tokenlake.loader_state"
 STATE_VERSION = 1
-DEFAULT_PREFETCH = 2  # batches read ahead by a background thread: hides a row-group read behind the step
+DEFAULT_PREFETCH = 4  # batches read ahead by a background thread: hides a block window's decode behind 4 steps
 _EPOCHS_CACHED = 2
 
 
