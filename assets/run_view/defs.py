@@ -65,6 +65,10 @@ class RunViewConfig(dg.Config):
     seq_len: int = _knob(store.RunViewSpec, "seq_len")
     cross_document_attention: str = _knob(store.RunViewSpec, "cross_document_attention")
     share_tolerance: float = _knob(store.RunViewSpec, "share_tolerance")
+    split: Optional[str] = _knob(store.RunViewSpec, "split")
+    validation_fraction: float = _knob(store.RunViewSpec, "validation_fraction")
+    test_fraction: float = _knob(store.RunViewSpec, "test_fraction")
+    split_seed: int = _knob(store.RunViewSpec, "split_seed")
     rebuild_of: Optional[str] = pydantic.Field(
         default=None,
         description=(

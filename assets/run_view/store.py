@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import And, EqualTo, IsNull, Not, Or
 
+from assets.dedup.splits import SPLITS, SplitParams, cluster_ids, split_of
 from assets.knobs import knob
 from assets.run_view.mixture import Component, Realised, select, within_tolerance
 from assets.tokenized.tokens import check_rows
@@ -130,6 +131,14 @@ class RunViewSpec:
     seq_len: int = knob(2048, "Packed sequence length the loader produces.")
     cross_document_attention: str = knob("masked", "'masked' (attention stays within a document) or 'allowed'.")
     share_tolerance: float = knob(0.01, "Allowed |realised - requested| token share per component (0.01 = 1 point).")
+    split: str | None = knob(
+        None,
+        "'train', 'validation' or 'test': only documents whose near-duplicate cluster falls in that split "
+        "(assets/dedup/splits.py); null: every document.",
+    )
+    validation_fraction: float = knob(0.005, "Share of near-duplicate clusters in the validation split.")
+    test_fraction: float = knob(0.005, "Share of near-duplicate clusters in the test split.")
+    split_seed: int = knob(0, "Seed of the split assignment (not of the selection order: that is `seed`).")
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -144,6 +153,12 @@ class RunViewSpec:
             raise ValueError(f"epochs must be >= 1 or null (unbounded), got {self.epochs}")
         if not 0 <= self.share_tolerance < 1:
             raise ValueError(f"share_tolerance is a fraction in [0, 1), got {self.share_tolerance}")
+        if self.split is not None and self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS} or null, got {self.split!r}")
+        self.split_params()  # checks the fractions
+
+    def split_params(self) -> SplitParams:
+        return SplitParams(self.validation_fraction, self.test_fraction, self.split_seed)
 
     def config(self) -> dict:
         return {
@@ -156,6 +171,8 @@ class RunViewSpec:
             "seq_len": self.seq_len,
             "cross_document_attention": self.cross_document_attention,
             "share_tolerance": self.share_tolerance,
+            # only a view that selects a split names one: every other view keeps its config, hence its id
+            **({"split": {"split": self.split, **self.split_params().as_dict()}} if self.split else {}),
         }
 
 
@@ -186,10 +203,15 @@ def resolve_tokenizer(lakehouse: Lakehouse, tokenizer: str, snapshot_id: int | N
 
 
 def eligible_documents(
-    lakehouse: Lakehouse, pinned: Mapping[str, int | None], tokenizer_id: str
+    lakehouse: Lakehouse,
+    pinned: Mapping[str, int | None],
+    tokenizer_id: str,
+    split: str | None = None,
+    split_params: SplitParams = SplitParams(),
 ) -> tuple[list[dict], dict[str, int]]:
     """Tokenized documents a run view may hold at the pinned snapshots (sorted by doc_id), and exclusion counts
-    by reason (each excluded document counted once, under the first reason in EXCLUSION_REASONS order)."""
+    by reason (each excluded document counted once, under the first reason in EXCLUSION_REASONS order; with a
+    `split`, then `other_split` for eligible documents whose near-duplicate cluster is in another split)."""
 
     def at(t: TableDef) -> int | None:
         return pinned[t.identifier]
@@ -220,7 +242,14 @@ def eligible_documents(
         else:
             eligible.append(d)
     eligible.sort(key=lambda d: d["doc_id"])
-    return eligible, {r: reasons.get(r, 0) for r in EXCLUSION_REASONS}
+    counts = {r: reasons.get(r, 0) for r in EXCLUSION_REASONS}
+    if split is None:
+        return eligible, counts
+    table = lakehouse.scan_at(DEDUP_NEAR_DUPLICATES, at(DEDUP_NEAR_DUPLICATES), ("doc_id", "cluster_id"))
+    near = dict(zip(table.column("doc_id").to_pylist(), table.column("cluster_id").to_pylist()))
+    clusters = cluster_ids((d["doc_id"] for d in eligible), near, {})
+    chosen = [d for d in eligible if split_of(clusters[d["doc_id"]], split_params) == split]
+    return chosen, {**counts, "other_split": len(eligible) - len(chosen)}
 
 
 def screened_pairs(lakehouse: Lakehouse, snapshot_id: int | None) -> set[tuple[str, str]]:
@@ -259,7 +288,19 @@ def spec_from_manifest(manifest: Mapping) -> RunViewSpec:
         share_tolerance=mix["share_tolerance"],
         cross_document_attention=manifest["packing"]["cross_document_attention"],
         components=[Component(c["name"], c["weight"], c["filters"], c["max_repetitions"]) for c in mix["components"]],
+        **_split_fields(manifest.get("split")),
     )
+
+
+def _split_fields(split: Mapping | None) -> dict:
+    if split is None:
+        return {}
+    return {
+        "split": split["split"],
+        "validation_fraction": split["validation"],
+        "test_fraction": split["test"],
+        "split_seed": split["seed"],
+    }
 
 
 def build_manifest(
@@ -272,7 +313,7 @@ def build_manifest(
     """Select the samples at the pinned snapshots: (manifest, sample rows in canonical order, realised mixture,
     the selected documents by doc_id)."""
     tok = resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
-    docs, exclusions = eligible_documents(lakehouse, pinned, tok["tokenizer_id"])
+    docs, exclusions = eligible_documents(lakehouse, pinned, tok["tokenizer_id"], spec.split, spec.split_params())
     samples, realised = select(docs, spec.components, spec.seed, spec.token_budget)
     by_id = {d["doc_id"]: d for d in docs}
     rows = [
@@ -317,6 +358,8 @@ def build_manifest(
         "config_hash": provenance.config_hash,
         "supersedes": supersedes,
     }
+    if spec.split is not None:  # absent otherwise, so views that select no split keep their bytes and ids
+        manifest["split"] = {"split": spec.split, **spec.split_params().as_dict()}
     return manifest, rows, realised, by_id
 
 

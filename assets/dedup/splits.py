@@ -1,0 +1,76 @@
+"""Train / validation / test splits by near-duplicate cluster: every member of a cluster lands in the same split,
+and a document's split never changes when later crawls arrive. No Dagster here.
+
+A document's split is a pure function of its near-duplicate cluster id (``dedup.near_duplicates.cluster_id``,
+the doc_id of the cluster's canonical document; a document in no cluster is its own cluster) and the split
+parameters: ``u = sha256("tokenlake-split-v1", seed, cluster_id)`` read as a number in [0, 1); ``u < test``
+is ``test``, ``u < test + validation`` is ``validation``, the rest ``train``. Clustering is crawl-ordered
+(``clustering.py``): clusters of earlier crawls are never merged or re-elected, so an earlier document keeps
+its cluster id, hence its split, whatever crawls are added later; a later document joins the cluster (and the
+split) of the earliest earlier cluster it touches. Exact duplicates have identical shingles and so share their
+canonical's near-duplicate cluster; ``cluster_ids`` also follows ``duplicate_of`` for an exact duplicate the
+near-duplicate step did not see (a text too short for one shingle).
+
+Semantic clusters (paraphrases, issue item 4) are not assigned yet: when they exist they refine the cluster
+id the same way (the earliest cluster a document touches wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+SPLITS = ("train", "validation", "test")
+_SCALE = float(1 << 64)
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    """How documents are split: fractions of clusters (not documents) and the seed of the assignment."""
+
+    validation: float = 0.005
+    test: float = 0.005
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.validation and 0 <= self.test and self.validation + self.test < 1):
+            raise ValueError(
+                f"split fractions must be >= 0 with validation + test < 1, got {self.validation}, {self.test}"
+            )
+
+    def as_dict(self) -> dict:
+        return {"validation": self.validation, "test": self.test, "seed": self.seed, "by": "near_duplicate_cluster"}
+
+
+def cluster_point(cluster_id: str, seed: int) -> float:
+    """The cluster's seeded position in [0, 1) (the same on every machine and process)."""
+    digest = hashlib.sha256(f"tokenlake-split-v1\0{seed}\0{cluster_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / _SCALE
+
+
+def split_of(cluster_id: str, params: SplitParams = SplitParams()) -> str:
+    """The split of every document of cluster `cluster_id`."""
+    u = cluster_point(cluster_id, params.seed)
+    if u < params.test:
+        return "test"
+    if u < params.test + params.validation:
+        return "validation"
+    return "train"
+
+
+def cluster_ids(
+    doc_ids: Iterable[str], near_cluster: Mapping[str, str], exact_duplicate_of: Mapping[str, str]
+) -> dict[str, str]:
+    """Each document's cluster id: its near-duplicate cluster, else (an exact duplicate the near-duplicate step
+    did not cluster) its canonical's, else itself."""
+    out = {}
+    for d in doc_ids:
+        if d in near_cluster:
+            out[d] = near_cluster[d]
+        elif d in exact_duplicate_of:
+            canonical = exact_duplicate_of[d]
+            out[d] = near_cluster.get(canonical, canonical)
+        else:
+            out[d] = d
+    return out
