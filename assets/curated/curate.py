@@ -86,11 +86,13 @@ def _html_chunks(batches: Iterable[pa.RecordBatch], chunk_docs: int, counts: Cou
 
 def run_task(task: CurateTask) -> TaskResult:
     """Curate the slice's HTML records in scan order into staged files (`ppl_bucket` still empty). Stats:
-    responses and HTML records read, documents per decision and per language, and every scored document's
-    [language, perplexity] for the partition's bucket cut-offs. Never commits; safe to retry."""
+    responses and HTML records read, documents per decision, per language and per quality rules (documents,
+    kept), and every scored document's [language, perplexity] for the partition's bucket cut-offs. Never
+    commits; safe to retry."""
     counts: Counter = Counter()
     decisions: Counter = Counter()
     languages: Counter = Counter()
+    rules: Counter = Counter()
     scored: list[tuple[str | None, float]] = []
     writer = FileWriter(task.staged)
     chunks = _html_chunks(task.lakehouse.read_slice(task.slice), task.params.chunk_docs, counts)
@@ -100,6 +102,8 @@ def run_task(task: CurateTask) -> TaskResult:
             decisions[r["decision"] or "kept"] += 1
             if r["language"]:
                 languages[r["language"]] += 1
+            if r["quality_rules"]:
+                rules[(r["quality_rules"], bool(r["kept"]))] += 1
             if r["perplexity"] is not None:
                 scored.append((r["language"], r["perplexity"]))
     return TaskResult(
@@ -110,6 +114,7 @@ def run_task(task: CurateTask) -> TaskResult:
             "html": counts["html"],
             "decisions": dict(decisions),
             "languages": dict(languages),
+            "quality_rules": [[name, kept, n] for (name, kept), n in sorted(rules.items())],
             "perplexities": scored,
         },
     )
@@ -210,6 +215,7 @@ class PartitionStats:
     html: int = 0
     decisions: Counter = field(default_factory=Counter)  # "kept" for kept documents
     languages: Counter = field(default_factory=Counter)
+    quality_rules: Counter = field(default_factory=Counter)  # (rules, kept) -> documents
     perplexities: list[float] = field(default_factory=list)  # sorted
 
     @classmethod
@@ -220,6 +226,7 @@ class PartitionStats:
             out.html += r.stats["html"]
             out.decisions.update(r.stats["decisions"])
             out.languages.update(r.stats["languages"])
+            out.quality_rules.update({(name, kept): n for name, kept, n in r.stats.get("quality_rules", ())})
             out.perplexities.extend(ppl for _, ppl in r.stats["perplexities"])
         out.perplexities.sort()
         return out

@@ -207,12 +207,20 @@ def documents_metadata(
         "documents_per_second": round(stats.rows / max(seconds, 1e-9), 2),
         "funnel": md_table(["decision", "documents"], stats.funnel()),
         "languages": md_table(["language", "documents"], languages),
+        "quality_rules": md_table(["rules (language_rules.py)", "documents", "kept"], _rules_rows(stats)),
     }
     if stats.perplexities:
         metadata["perplexity_histogram"] = dg.MetadataValue.md(
             histogram_markdown(stats.perplexities, f"perplexity of documents with text, {partition_key}")
         )
     return metadata
+
+
+def _rules_rows(stats: curate.PartitionStats) -> list[tuple[str, int, int]]:
+    """Documents judged by each language's rules, and how many of them were kept."""
+    by = stats.quality_rules
+    rows = [(n, by[(n, True)] + by[(n, False)], by[(n, True)]) for n in sorted({name for name, _ in by})]
+    return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
 # ---- exact duplicates across all partitions ----------------------------------------------------------------

@@ -10,6 +10,7 @@ import hashlib
 import pytest
 import yaml
 
+from assets.curated import defs as curated_defs
 from assets.curated.language_rules import (
     DEFAULT_RULES,
     LID_TO_FINEWEB2,
@@ -207,3 +208,25 @@ def test_the_funnel_records_the_rules_that_judged_each_document(reference_lm_fil
     assert {k: v for k, v in after[2].items() if k not in timing} == {
         k: v for k, v in before[2].items() if k not in timing
     }  # the English document: every other column identical
+
+
+def test_the_asset_stores_the_rules_column_and_shows_rules_per_partition(
+    tokenlake_home, instance, crawl_root, reference_lm_file
+):
+    """On the sample's Common Crawl partition (English, Chinese, German, Russian, Dutch pages): every document
+    with text records the rules that judged it, English documents `en`, and the materialisation shows the
+    counts per rules."""
+    from tests.curated.test_curated_asset import CC_FILE, curate_segments, docs
+
+    key = "CC-MAIN-2020-34/1596439738015.38"
+    curate_segments(instance, crawl_root({key: {"a.warc.gz": CC_FILE}}), [key], reference_lm_file)
+    rows = docs(("doc_id", "language", "quality_rules", "text", "kept")).to_pylist()
+    assert all((r["quality_rules"] is None) == (r["text"] is None) for r in rows)
+    assert {r["quality_rules"] for r in rows if r["language"] == "en"} == {"en"}
+    assert {r["quality_rules"] for r in rows if r["language"] == "zh"} == {"zh"}
+    md = instance.get_latest_materialization_event(curated_defs.DOCUMENTS).asset_materialization.metadata
+    table = md["quality_rules"].value
+    for name in {r["quality_rules"] for r in rows if r["quality_rules"]}:
+        n = sum(r["quality_rules"] == name for r in rows)
+        kept = sum(r["quality_rules"] == name and r["kept"] for r in rows)
+        assert f"| {name} | {n} | {kept} |" in table
