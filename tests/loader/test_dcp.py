@@ -88,6 +88,8 @@ def train_rank(rank: int, world: int, port: int, bundle: str, root: str, out: st
             )
             if save and (k + 1) % SAVE_EVERY == 0:
                 ldcp.save(state, root, k + 1)
+        m = data.metrics(gather=True)  # collective: every rank's tokens/s -> the slowest vs the median
+        records.append({"metrics": {k: m.get(k) for k in ("rank_tokens_per_s", "straggler_ratio", "batches")}})
         torch.save(records, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -107,6 +109,9 @@ def launch(world: int, root: Path, out: Path, steps: int, save: bool) -> list[li
 
 def by_step(ranks: list[list[dict]]) -> dict[int, dict]:
     """Per global step: the global batch's documents (rank order), the token counter and the loss."""
+    metrics = [r.pop()["metrics"] for r in ranks]
+    assert all(m["batches"] == len(r) for m, r in zip(metrics, ranks, strict=True))
+    assert all(len(m["rank_tokens_per_s"]) == len(ranks) and 0 < m["straggler_ratio"] <= 1 for m in metrics)
     out = {}
     for k, recs in enumerate(zip(*ranks, strict=True)):
         out[recs[0]["step"]] = {
@@ -176,3 +181,14 @@ def test_prune_keeps_the_newest_and_drops_stale_incomplete(tmp_path):
     shutil.rmtree(tmp_path / "step-0000000003")
     assert ldcp.latest_checkpoint(tmp_path) is None
     assert ldcp.load({"loader": data}, tmp_path) is None
+
+
+def test_metrics_are_reported_every_n_steps():
+    seen = []
+    data = loader.RunViewLoader(views.view(), GLOBAL_BATCH, max_steps=7, log_every=3, on_metrics=seen.append)
+    assert len(list(data)) == 7
+    assert [m["global_step"] for m in seen] == [3, 6]
+    last = seen[-1]
+    assert last["batches"] == 6 and last["tokens"] == 6 * GLOBAL_BATCH * views.SEQ_LEN
+    assert last["tokens_per_s"] > 0 and 0 <= last["data_wait_fraction"] <= 1 and last["fetches"] >= 1
+    assert last["fetch_latency_p50"] is not None and last["queue_depth"] >= 0
