@@ -18,8 +18,9 @@ the language lid.176 gave it. No Dagster here.
 
 Word segmentation: ``jieba`` (zh), ``sudachipy`` + ``sudachidict-core`` (ja, split mode A, as spaCy's ``ja``
 that datatrove uses), ``kiwipiepy`` (ko, morpheme forms), ``pythainlp`` (th, ``newmm``); every other
-language uses ``quality.TOKEN_RE``, with an elision split (``l'homme`` -> ``l'`` ``homme``) for languages
-whose stop words end in an apostrophe (fr, it). The segmenters are dependencies: a missing one raises
+language uses ``WORD_TOKEN_RE`` (``quality.TOKEN_RE`` with combining marks kept inside words, so Hindi or
+Bengali words are not cut at their vowel signs), with an elision split (``l'homme`` -> ``l'`` ``homme``) for
+languages whose stop words end in an apostrophe (fr, it). The segmenters are dependencies: a missing one raises
 instead of silently changing decisions.
 
 FineWeb-2's ``language_score`` is carried but not applied: it was calibrated on GlotLID's scores, and ours
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -38,7 +40,6 @@ from pathlib import Path
 from assets.curated.quality import (
     DUP_NGRAM_SIZES,
     LANGUAGE_RULES_TABLE,
-    TOKEN_RE,
     TOP_NGRAM_SIZES,
     QualityThresholds,
     WordRules,
@@ -61,18 +62,33 @@ ENGLISH = "en"
 DEFAULT_RULES = "default"
 # lid.176 label -> FineWeb-2 configuration carried in RULES_DIR
 LID_TO_FINEWEB2 = {
+    "ar": "arb_Arab",
+    "bn": "ben_Beng",
+    "cs": "ces_Latn",
+    "da": "dan_Latn",
     "de": "deu_Latn",
+    "el": "ell_Grek",
     "es": "spa_Latn",
+    "fi": "fin_Latn",
     "fr": "fra_Latn",
+    "he": "heb_Hebr",
+    "hi": "hin_Deva",
+    "hu": "hun_Latn",
     "id": "ind_Latn",
     "it": "ita_Latn",
     "ja": "jpn_Jpan",
     "ko": "kor_Hang",
+    "ms": "zsm_Latn",
     "nl": "nld_Latn",
+    "no": "nob_Latn",
     "pl": "pol_Latn",
     "pt": "por_Latn",
+    "ro": "ron_Latn",
     "ru": "rus_Cyrl",
+    "sv": "swe_Latn",
     "th": "tha_Thai",
+    "tr": "tur_Latn",
+    "uk": "ukr_Cyrl",
     "vi": "vie_Latn",
     "zh": "cmn_Hani",
 }
@@ -97,8 +113,13 @@ _NO_SPACE_CHARS = (
     "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u0f00-\u0fff"  # Thai, Lao, Myanmar, Khmer, Tibetan
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"  # kana, Han, Hangul
 )
-CHAR_TOKEN_RE = re.compile(rf"[{_NO_SPACE_CHARS}]|(?:(?![{_NO_SPACE_CHARS}])\w)+(?:['’.\-]\w+)*|\.{{2,}}|[^\w\s]")
-ELISION_TOKEN_RE = re.compile(r"\w+['’](?=\w)|\w+(?:[.\-]\w+)*|\.{2,}|[^\w\s]")
+# Combining marks (Unicode category M*, BMP) belong to the word they follow: Python's \w has no marks, so
+# quality.TOKEN_RE cuts Hindi "में" into "म" and two symbols. The other languages' tokenizers keep them.
+_MARKS = "".join(re.escape(chr(c)) for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M"))
+_W = rf"[\w{_MARKS}]"
+WORD_TOKEN_RE = re.compile(rf"\w{_W}*(?:['’.\-]{_W}+)*|\.{{2,}}|[^\w\s]")
+CHAR_TOKEN_RE = re.compile(rf"[{_NO_SPACE_CHARS}]|(?:(?![{_NO_SPACE_CHARS}]){_W})+(?:['’.\-]{_W}+)*|\.{{2,}}|[^\w\s]")
+ELISION_TOKEN_RE = re.compile(rf"\w{_W}*['’](?=\w)|\w{_W}*(?:[.\-]{_W}+)*|\.{{2,}}|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -174,7 +195,7 @@ def rules_for(language: str | None, base: QualityThresholds) -> LanguageRules:
         return LanguageRules(language, words, thresholds_for(base, config))
     char_words = language in CHAR_SCRIPT_LANGUAGES
     stop = _stopwordsiso(language)
-    words = WordRules(CHAR_TOKEN_RE.findall if char_words else TOKEN_RE.findall, stop or frozenset())
+    words = WordRules(CHAR_TOKEN_RE.findall if char_words else WORD_TOKEN_RE.findall, stop or frozenset())
     t = thresholds_for(base, DEFAULT_CONFIG, char_words)
     return LanguageRules(DEFAULT_RULES, words, t if stop else replace(t, gopher_min_stop_words=None))
 
@@ -191,7 +212,7 @@ def _segmenter(language: str, stop_words: list[str]) -> Callable[[str], list[str
         return _LOADERS[kind]()
     if any(w.endswith("'") for w in stop_words):
         return ELISION_TOKEN_RE.findall
-    return TOKEN_RE.findall
+    return WORD_TOKEN_RE.findall
 
 
 # ---- segmenters: loaded once per process, on the first document that needs one ---------------------------
