@@ -525,7 +525,7 @@ def run_bench(work: Path, args) -> int:
         rows["memmap"].append(
             time_batches(memmap_batches(flat, args.global_batch, args.seq_len, args.steps, start), args.steps)
         )
-        # "ours": the loader as a trainer gets it (default read-ahead: prefetch 4, one thread), in process
+        # "ours": the loader as a trainer gets it (default read-ahead: prefetch 8, one thread), in process
         rows["ours"].append(loader_round(homes["prod"], views["prod"], args, prefetch=None, start_step=r * args.steps))
         rows["ours, no prefetch"].append(loader_round(homes["prod"], views["prod"], args, start_step=r * args.steps))
         rows["ours+prefetch4"].append(
@@ -568,7 +568,7 @@ def run_bench(work: Path, args) -> int:
         + (f"; MDS write {mosaic['write_s']:.1f} s untimed, {mosaic['samples']} samples" if mosaic else "")
     )
     print(
-        "ours = RunViewLoader as configured by default (prefetch 4: one read-ahead thread), in process; "
+        "ours = RunViewLoader as configured by default (prefetch 8: one read-ahead thread), in process; "
         "ours 2 workers = aggregate tokens/s of DataLoader(num_workers=2) / 2 on this 2-core machine"
     )
 
@@ -588,8 +588,8 @@ def run_bench(work: Path, args) -> int:
         "ours, default prefetch": loader_round(
             homes["prod"], views["prod"], args, prefetch=None, world=world, global_batch=gb, consumer_s_per_token=spt
         ),
-        "ours, prefetch 8": loader_round(
-            homes["prod"], views["prod"], args, prefetch=8, world=world, global_batch=gb, consumer_s_per_token=spt
+        "ours, prefetch 2": loader_round(
+            homes["prod"], views["prod"], args, prefetch=2, world=world, global_batch=gb, consumer_s_per_token=spt
         ),
     }
     print(
