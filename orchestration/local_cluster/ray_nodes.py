@@ -179,6 +179,17 @@ def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 90.0) -> None:
     raise TimeoutError(f"ray cluster at {cluster.address}: fewer than {n} nodes alive after {timeout}s: {last}")
 
 
+_TOKEN: list[str] = []
+
+
+def process_token() -> str:
+    """One Ray auth token for every cluster this process starts: Ray reads the token once per driver process,
+    so a second cluster with another token would refuse this process (`InvalidAuthToken`)."""
+    if not _TOKEN:
+        _TOKEN.append(secrets.token_hex(32))
+    return _TOKEN[0]
+
+
 @contextlib.contextmanager
 def ray_cluster(
     workers: int = 1, cpus_per_node: int = 1, head_cpus: int | None = None, node_env: dict[str, str] | None = None
@@ -188,7 +199,7 @@ def ray_cluster(
     TOKENLAKE_CATALOG file, AWS credentials: what a task's node must hold itself); yields the running cluster;
     stops exactly the processes it started, whatever happens."""
     temp_dir = tempfile.mkdtemp(prefix="tlray", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
-    env = {**os.environ, **(node_env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, **(node_env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": process_token()}
     env.pop("RAY_ADDRESS", None)
     port = free_port(HEAD_IP)
     auth = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
