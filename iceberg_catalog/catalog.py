@@ -248,17 +248,41 @@ class SchemaMismatch(RuntimeError):
     """A table in the catalog does not have the schema declared in iceberg_catalog/schemas.py."""
 
 
+def _add_declared_columns(existing, t: TableDef) -> bool:
+    """Migrate a table made by an older version: when the declaration only appends optional primitive columns
+    whose declared field ids are the ones Iceberg will assign next, add them (old rows read them as null) and
+    return True; anything else is not a migration this can make (False)."""
+    have = {f.field_id: f for f in existing.schema().fields}
+    added = [f for f in t.schema.fields if f.field_id not in have]
+    kept = [f for f in t.schema.fields if f.field_id in have]
+    if not added or len(kept) != len(have) or any(have[f.field_id] != f for f in kept):
+        return False
+    next_id = existing.metadata.last_column_id + 1
+    if [f.field_id for f in added] != list(range(next_id, next_id + len(added))):
+        return False
+    if any(f.required or not f.field_type.is_primitive for f in added):
+        return False
+    with existing.update_schema() as update:
+        for f in added:
+            update.add_column(f.name, f.field_type, doc=f.doc)
+    return existing.refresh().schema().as_struct() == t.schema.as_struct()
+
+
 def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()) -> None:
-    """Create every namespace and any missing table; refuse an existing table whose schema differs from
-    its declaration (field ids, names, types), since data files are written by declared field id."""
+    """Create every namespace and any missing table; add the optional columns a newer declaration appends
+    (`_add_declared_columns`); refuse an existing table whose schema differs otherwise from its declaration
+    (field ids, names, types), since data files are written by declared field id."""
     for ns in NAMESPACES:
         try:
             catalog.create_namespace(ns)
         except NamespaceAlreadyExistsError:
             pass
+    from iceberg_catalog.lakehouse import check_location  # the location guard, before anything is written
+
     for t in tables:
         try:
             existing = catalog.load_table(t.identifier)
+            check_location(t, existing.location(), str(catalog.properties.get("warehouse", "")))
         except NoSuchTableError:
             try:
                 catalog.create_table(
@@ -267,7 +291,7 @@ def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()
             except TableAlreadyExistsError:  # another process won the race: fine
                 pass
             continue
-        if existing.schema().as_struct() != t.schema.as_struct():
+        if existing.schema().as_struct() != t.schema.as_struct() and not _add_declared_columns(existing, t):
             declared = {f.field_id: (f.name, str(f.field_type)) for f in t.schema.fields}
             actual = {f.field_id: (f.name, str(f.field_type)) for f in existing.schema().fields}
             diff = sorted(set(declared.items()) ^ set(actual.items()))[:6]

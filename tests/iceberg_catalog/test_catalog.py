@@ -107,3 +107,22 @@ def test_schemas_have_explicit_ids_and_lineage_keys(ident):
     assert [f.source_id for f in t.partition_spec.fields] == [t.schema.find_field(c).field_id for c in t.partition_by]
     # Arrow schema used for data files carries the Iceberg field ids
     assert all(f.metadata and b"PARQUET:field_id" in f.metadata for f in t.arrow_schema)
+
+
+def test_a_table_from_an_older_declaration_gets_the_appended_columns(tokenlake_home):
+    """A lakehouse made before a field was appended to a declaration keeps working: the column is added (old
+    rows read it as null), nothing else changes."""
+    from pyiceberg.schema import Schema
+
+    from iceberg_catalog import CatalogConfig
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS as T
+
+    catalog = CatalogConfig.resolve().load()
+    for ns in ("raw", "curated", "dedup", "tokenized", "quarantine", "run_view", "governance"):
+        catalog.create_namespace_if_not_exists(ns)
+    older = Schema(*T.schema.fields[:-1])
+    catalog.create_table(T.identifier, schema=older, partition_spec=T.partition_spec, properties=T.properties)
+    ensure_tables(catalog)
+    table = catalog.load_table(T.identifier)
+    assert table.schema().as_struct() == T.schema.as_struct()
+    assert table.schema().fields[-1].name == T.schema.fields[-1].name
