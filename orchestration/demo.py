@@ -261,6 +261,8 @@ def report_quarantine(lakehouse: Lakehouse) -> None:
 
 # The demo's run view: a token-weighted mixture of perplexity buckets (the sample crawl keeps only a few
 # dozen English documents, so the mixture is small; the shape is what a real run view config looks like).
+# English only: the perplexity buckets come from an English reference LM; other languages are kept by the
+# funnel (per-language rules) and would enter a view through a component of their own.
 DEMO_RUN_VIEW = {
     "ops": {
         "run_view__candidate": {
@@ -271,10 +273,15 @@ DEMO_RUN_VIEW = {
                     {
                         "name": "head_middle",
                         "weight": 0.7,
-                        "filters": {"ppl_bucket": ["head", "middle"]},
+                        "filters": {"language": ["en"], "ppl_bucket": ["head", "middle"]},
                         "max_repetitions": 1,
                     },
-                    {"name": "tail", "weight": 0.3, "filters": {"ppl_bucket": ["tail"]}, "max_repetitions": 2},
+                    {
+                        "name": "tail",
+                        "weight": 0.3,
+                        "filters": {"language": ["en"], "ppl_bucket": ["tail"]},
+                        "max_repetitions": 2,
+                    },
                 ],
                 "seed": 1234,
                 "seq_len": 2048,

@@ -28,7 +28,7 @@ from tests.cluster.servers import postgres, seaweedfs  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
-SAMPLES_DIGEST_PREFIX = "6e18c5053359"  # the sample crawl with per-language rules (issue 19)
+SAMPLES_DIGEST_PREFIX = "be6fd114ea56"
 DIGESTS: dict[str, dict] = {}  # setup -> lakehouse digest, filled by the pipeline tests in file order
 
 
