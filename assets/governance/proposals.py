@@ -26,6 +26,7 @@ import pyarrow as pa
 from pyiceberg.expressions import EqualTo, In
 
 from assets.curated.langid import DECISION_LANGUAGE_NOT_ALLOWED, DECISION_LANGUAGE_SCORE
+from assets.curated.language_rules import rules_for
 from assets.curated.quality import _RULES as QUALITY_RULES  # the one rule table; the dry-run must follow it
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds
 from assets.governance import policies
@@ -457,15 +458,10 @@ _OPS = {
 }
 
 
-def decision_expr(policy: Mapping) -> pl.Expr:
-    """The decision of a document that reached the threshold rules (it has a language score), as a polars
-    expression over the stored signal columns: language first, then `quality_decision`'s rules in order;
-    null = kept. A null signal never drops (the pipeline stores every signal of such a document)."""
-    t = QualityThresholds(**policy["quality"])
-    chain = pl.when(pl.col("language_score") < policy["language_threshold"]).then(pl.lit(DECISION_LANGUAGE_SCORE))
-    if policy["allowed_languages"] is not None:
-        allowed = list(policy["allowed_languages"])
-        chain = chain.when(~pl.col("language").is_in(allowed)).then(pl.lit(DECISION_LANGUAGE_NOT_ALLOWED))
+def quality_expr(t: QualityThresholds) -> pl.Expr:
+    """`quality_decision`'s rules in order under thresholds `t`, over the stored signal columns; null = kept.
+    A null signal never drops (the pipeline stores every signal of such a document)."""
+    chain = None
     for reason, signal, op, field in QUALITY_RULES:
         limit = getattr(t, field)
         if limit is None:
@@ -475,15 +471,35 @@ def decision_expr(policy: Mapping) -> pl.Expr:
         drop = _OPS[op](pl.col(signal), limit)
         if reason == "fineweb_line_punct_ratio" and t.fineweb_line_punct_exclude_zero:
             drop = drop & (pl.col(signal) != 0)
-        chain = chain.when(drop).then(pl.lit(reason))
-    return chain.otherwise(pl.lit(None, pl.String))
+        chain = pl.when(drop).then(pl.lit(reason)) if chain is None else chain.when(drop).then(pl.lit(reason))
+    return pl.lit(None, pl.String) if chain is None else chain.otherwise(pl.lit(None, pl.String))
+
+
+def decision_expr(policy: Mapping, languages: Sequence[str | None] = ()) -> pl.Expr:
+    """The decision of a document that reached the threshold rules (it has a language score), as a polars
+    expression over the stored signal columns: language first, then the quality rules under the thresholds
+    of the document's language (`rules_for`: per-language rules for `languages`, the policy's own for the
+    rest); null = kept."""
+    t = QualityThresholds(**policy["quality"])
+    quality = quality_expr(t)
+    for lang in sorted({x for x in languages if x}):
+        own = rules_for(lang, t).thresholds
+        if own != t:
+            quality = pl.when(pl.col("language") == lang).then(quality_expr(own)).otherwise(quality)
+    chain = pl.when(pl.col("language_score") < policy["language_threshold"]).then(pl.lit(DECISION_LANGUAGE_SCORE))
+    if policy["allowed_languages"] is not None:
+        allowed = list(policy["allowed_languages"])
+        chain = chain.when(~pl.col("language").is_in(allowed)).then(pl.lit(DECISION_LANGUAGE_NOT_ALLOWED))
+    return chain.otherwise(quality)
 
 
 def predicted(frame: pl.LazyFrame, policy: Mapping, name: str) -> pl.LazyFrame:
     """`frame` with column `name`: the decision under `policy` where the thresholds decide (the document has a
     language score), the stored decision elsewhere (HTTP status, extraction, empty text)."""
     governed = pl.col("language_score").is_not_null()
-    return frame.with_columns(pl.when(governed).then(decision_expr(policy)).otherwise(pl.col("decision")).alias(name))
+    languages = frame.select(pl.col("language").unique()).collect()["language"].to_list()
+    decision = decision_expr(policy, languages)
+    return frame.with_columns(pl.when(governed).then(decision).otherwise(pl.col("decision")).alias(name))
 
 
 def dry_run(lakehouse: Lakehouse, kind: str, old: Mapping, new: Mapping) -> dict:

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from assets.curated.langid import language_decision
+from assets.curated.language_rules import rules_for
 from assets.curated.pipeline import CurateParams
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_decision
 from assets.governance import policies, proposals
@@ -121,7 +122,9 @@ def _thresholds():
     fields = {f.name: f for f in dataclasses.fields(QualityThresholds)}
     strategies = {}
     for name, f in fields.items():
-        if isinstance(f.default, bool):
+        if name == "language_rules":
+            strategies[name] = st.just(f.default)
+        elif isinstance(f.default, bool):
             strategies[name] = st.booleans()
         elif isinstance(f.default, int):
             strategies[name] = st.one_of(st.none(), st.integers(0, 120))
@@ -144,9 +147,9 @@ def test_polars_decision_equals_the_pipeline_decision(rows, quality, language_th
     )
     got = proposals.predicted(frame.lazy(), policy, "d").collect()["d"].to_list()
     t = QualityThresholds(**quality)
-    want = [
+    want = [  # as the pipeline decides: the quality rules under the document's language's thresholds
         language_decision(lang, score, language_threshold, set(allowed) if allowed is not None else None)
-        or quality_decision(s, t)
+        or quality_decision(s, rules_for(lang, t).thresholds)
         for s, score, lang in rows
     ]
     assert got == want
