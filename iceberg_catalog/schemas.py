@@ -350,6 +350,26 @@ QUARANTINE_EVAL_ITEMS = TableDef(
     partition_by=("benchmark",),
 )
 
+# Benchmarks a user added (`tokenlake benchmark add`): the file itself, content-hashed, and how to read it; one
+# partition per benchmark name, replaced when the name is added again. A table, not loose files, so it works on
+# every catalog and object store (an S3 Tables warehouse takes no object outside a table).
+QUARANTINE_BENCHMARK_SOURCES = TableDef(
+    "quarantine",
+    "benchmark_sources",
+    _fields(
+        (1, "name", StringType(), True),
+        (2, "format", StringType(), True),  # jsonl | csv | parquet
+        (3, "split", StringType(), True),
+        (4, "text_fields", StringType(), True),  # JSON list
+        (5, "sha256", StringType(), True),  # of `data`
+        (6, "items", LongType(), True),
+        (7, "original", StringType(), True),  # where it was added from (for the record only)
+        (8, "added_at", StringType(), True),
+        (9, "data", BinaryType(), True),
+    ),
+    partition_by=("name",),
+)
+
 # Every kept curated document that contains (part of) an eval item: the document's decision is
 # `eval_contaminated`; run views exclude these documents.
 QUARANTINE_MATCHES = TableDef(
@@ -534,6 +554,7 @@ TABLES: dict[str, TableDef] = {
         TOKENIZED_TOKENIZERS,
         TOKENIZED_DOCUMENTS,
         QUARANTINE_EVAL_ITEMS,
+        QUARANTINE_BENCHMARK_SOURCES,
         QUARANTINE_MATCHES,
         QUARANTINE_SCREENINGS,
         RUN_VIEW_MANIFESTS,

@@ -1,16 +1,17 @@
-"""Benchmarks added by a user (`tokenlake benchmark add`): a JSONL, CSV or Parquet file is checked row by row,
-copied into the lakehouse under its content hash, and recorded next to the copy, so the
-`quarantine/eval_items` asset finds it by name on any machine that reads the warehouse. No Dagster here.
+"""Benchmarks added by a user (`tokenlake benchmark add`): a JSONL, CSV or Parquet file is checked row by row
+and stored in the lakehouse with its content hash, so the `quarantine/eval_items` asset finds it by name on
+any machine that reads the catalog. No Dagster here.
 
-Layout, under the catalog's warehouse (local or object storage, through the lakehouse's FileIO):
-`benchmark_sources/<name>/<sha256>.<format>` (the data, never rewritten) and
-`benchmark_sources/<name>/source.json` (the current registration: format, split, text fields, sha256, items).
-Re-adding a name with other content writes a new data file and points `source.json` at it.
+Stored as one row of `quarantine.benchmark_sources` per name (the file's bytes, sha256, format, split, text
+fields, items, where it came from): a table, so adding is one Iceberg commit and it works on every catalog and
+object store. Re-adding a name with other content replaces its partition; the old content stays in the
+table's history until snapshots expire.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -21,12 +22,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+from pyiceberg.expressions import EqualTo
 
 from assets.quarantine.benchmarks import DEFAULT_SOURCES, BenchmarkSource, read_benchmark
-from iceberg_catalog import Lakehouse
+from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog.schemas import QUARANTINE_BENCHMARK_SOURCES
 
-SOURCES_DIR = "benchmark_sources"
 USER_FORMATS = ("jsonl", "csv", "parquet")
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
@@ -45,7 +48,7 @@ class RegisteredBenchmark:
     text_fields: tuple[str, ...]
     sha256: str
     items: int
-    path: str  # the copy in the lakehouse
+    path: str  # names the stored copy: quarantine.benchmark_sources/<name>/<sha256>.<format>
     original: str  # where it was added from (for the record only)
     added_at: str
 
@@ -155,62 +158,50 @@ def check_file(path: Path, fmt: str, text_fields: Sequence[str]) -> int:
     return rows
 
 
-def _root(lakehouse: Lakehouse) -> str:
-    return f"{lakehouse.config.warehouse.rstrip('/')}/{SOURCES_DIR}"
-
-
-def _write(lakehouse: Lakehouse, location: str, data: bytes) -> None:
-    with lakehouse.file_io(location).new_output(location).create(overwrite=True) as out:
-        out.write(data)
-
-
-def _read(lakehouse: Lakehouse, location: str) -> bytes | None:
-    try:
-        with lakehouse.file_io(location).new_input(location).open() as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
+def _row(added: RegisteredBenchmark, data: bytes) -> pa.Table:
+    row = {**asdict(added), "text_fields": json.dumps(list(added.text_fields)), "data": data}
+    row.pop("path")
+    return pa.Table.from_pylist([row], schema=QUARANTINE_BENCHMARK_SOURCES.arrow_schema)
 
 
 def register(
     lakehouse: Lakehouse, name: str, path: Path, fmt: str, text_fields: Sequence[str], split: str = "test"
 ) -> RegisteredBenchmark:
-    """Check the file, copy it into the lakehouse under its sha256 and record the registration."""
+    """Check the file and store it, with its sha256 and how to read it, as benchmark `name` (one commit)."""
     check_name(name)
     items = check_file(path, fmt, text_fields)
     data = path.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
-    location = f"{_root(lakehouse)}/{name}/{sha}.{fmt}"
-    if _read(lakehouse, location) is None:
-        _write(lakehouse, location, data)
+    location = f"{QUARANTINE_BENCHMARK_SOURCES.identifier}/{name}/{sha}.{fmt}"
     added = RegisteredBenchmark(
         name, fmt, split, tuple(text_fields), sha, items, location, str(path.resolve()), datetime.now(UTC).isoformat()
     )
-    _write(lakehouse, f"{_root(lakehouse)}/{name}/source.json", json.dumps(asdict(added), indent=2).encode())
+    writer = lakehouse.writer(QUARANTINE_BENCHMARK_SOURCES, {"name": name})
+    writer.write(_row(added, data))
+    writer.commit(Provenance("quarantine/benchmark_sources", name, "benchmark-add", "1", sha))
     return added
+
+
+def _stored(lakehouse: Lakehouse, name: str, columns: Sequence[str]) -> dict | None:
+    rows = lakehouse.scan(QUARANTINE_BENCHMARK_SOURCES, tuple(columns), EqualTo("name", name)).to_pylist()
+    return rows[0] if rows else None
 
 
 def registered(lakehouse: Lakehouse, name: str) -> RegisteredBenchmark | None:
     """The registration of `name`, or None when it was never added."""
-    raw = _read(lakehouse, f"{_root(lakehouse)}/{name}/source.json")
-    if raw is None:
+    fields = [f.name for f in dataclasses.fields(RegisteredBenchmark) if f.name != "path"]
+    doc = _stored(lakehouse, name, fields)
+    if doc is None:
         return None
-    doc = json.loads(raw)
-    return RegisteredBenchmark(**{**doc, "text_fields": tuple(doc["text_fields"])})
+    location = f"{QUARANTINE_BENCHMARK_SOURCES.identifier}/{name}/{doc['sha256']}.{doc['format']}"
+    return RegisteredBenchmark(**{**doc, "text_fields": tuple(json.loads(doc["text_fields"])), "path": location})
 
 
 @contextmanager
 def local_source(lakehouse: Lakehouse, added: RegisteredBenchmark) -> Iterator[BenchmarkSource]:
-    """A source reading the lakehouse copy: in place when local, else fetched to a temporary file; the copy's
-    sha256 is checked against the registration either way."""
-    parsed = urlparse(added.path)
-    if parsed.scheme in ("", "file"):
-        local = Path(unquote(parsed.path))
-        if hashlib.sha256(local.read_bytes()).hexdigest() != added.sha256:
-            raise BenchmarkFileError(f"{added.path}: content changed since it was added (sha256 differs)")
-        yield added.source(local)
-        return
-    data = _read(lakehouse, added.path)
+    """A source reading the stored copy from a temporary file, its sha256 checked against the registration."""
+    row = _stored(lakehouse, added.name, ("data",))
+    data = row["data"] if row else None
     if data is None or hashlib.sha256(data).hexdigest() != added.sha256:
         raise BenchmarkFileError(f"{added.path}: missing or changed since it was added (sha256 differs)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -86,7 +86,12 @@ def test_benchmark_add_copies_screens_every_curated_segment_and_reports(
     tmp_path, monkeypatch, capsys, reference_lm_file
 ):
     from iceberg_catalog import Lakehouse
-    from iceberg_catalog.schemas import CURATED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES
+    from iceberg_catalog.schemas import (
+        CURATED_DOCUMENTS,
+        QUARANTINE_BENCHMARK_SOURCES,
+        QUARANTINE_EVAL_ITEMS,
+        QUARANTINE_MATCHES,
+    )
     from orchestration.cli import main
     from orchestration.demo import run_job
     from orchestration.instance import prepare_dagster_home
@@ -127,8 +132,8 @@ def test_benchmark_add_copies_screens_every_curated_segment_and_reports(
     assert target["doc_id"][:16] in out
 
     sha = hashlib.sha256(source.read_bytes()).hexdigest()
-    copy = home / "warehouse" / "benchmark_sources" / "canary" / f"{sha}.jsonl"
-    assert copy.read_bytes() == source.read_bytes()
+    [stored] = lakehouse.scan(QUARANTINE_BENCHMARK_SOURCES, ("name", "sha256", "data")).to_pylist()
+    assert stored == {"name": "canary", "sha256": sha, "data": source.read_bytes()}
     source.write_text("")  # the lakehouse holds its own copy: the original may go
     items = lakehouse.scan(QUARANTINE_EVAL_ITEMS, ("benchmark", "item_id")).to_pylist()
     assert sorted(r["item_id"] for r in items if r["benchmark"] == "canary") == [f"canary/test/{i}" for i in range(3)]
