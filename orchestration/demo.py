@@ -72,12 +72,14 @@ def run_job(
 
 def partition_keys(step: Step, instance: dg.DagsterInstance, segments: list[str]) -> list:
     """What one run of `step` covers, for every run the demo makes of it (adding tokenizer and benchmark
-    partitions first)."""
-    benchmarks = [s.name for s in DEFAULT_SOURCES]
+    partitions first; benchmarks added by command are covered too)."""
+    shipped = [s.name for s in DEFAULT_SOURCES]
     if step.per == "tokenizer" or step.per == "tokenizer x segment":
         instance.add_dynamic_partitions("tokenizers", [DEMO_TOKENIZER])
     if step.per.startswith("benchmark"):
-        instance.add_dynamic_partitions("benchmarks", benchmarks)
+        instance.add_dynamic_partitions("benchmarks", shipped)
+    # the shipped benchmarks and any added with `tokenlake benchmark add` (screened on new segments too)
+    benchmarks = sorted(set(shipped) | set(instance.get_dynamic_partitions("benchmarks")))
     return {
         "all": [None],
         "segment": segments,
