@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -152,7 +153,26 @@ class CatalogConfig:
             wh = str(self.properties.get("warehouse", ""))
             if wh.startswith("file://"):
                 Path(wh.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-        return load_catalog(self.name, **self.properties)
+        for attempt in range(CREATE_RACE_ATTEMPTS):
+            try:
+                return load_catalog(self.name, **self.properties)
+            except Exception as exc:  # noqa: BLE001 - only the first-open race is retried
+                if attempt == CREATE_RACE_ATTEMPTS - 1 or not _lost_create_race(exc):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+
+CREATE_RACE_ATTEMPTS = 5
+
+
+def _lost_create_race(exc: Exception) -> bool:
+    """Two processes opening a fresh SQL catalog at once both create pyiceberg's own tables; the loser gets a
+    duplicate-key or already-exists error from the database. Opening again then finds the tables."""
+    text = str(exc).lower()
+    return type(exc).__name__ in ("IntegrityError", "ProgrammingError") and (
+        "duplicate key" in text or "already exists" in text
+    )
 
 
 def _scrub(text: str, config: CatalogConfig) -> str:

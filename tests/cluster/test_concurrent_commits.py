@@ -68,7 +68,10 @@ files = {key: [t.file.file_path for t in lakehouse.table(T).scan(row_filter=part
 import math, pathlib, time
 barrier = pathlib.Path(sys.argv[5])
 (barrier / str(os.getpid())).touch()
+deadline = time.monotonic() + 300
 while len(list(barrier.iterdir())) < 2:  # both processes reach the storm before it starts
+    if time.monotonic() > deadline:
+        sys.exit("the other process never reached the storm")
     time.sleep(0.05)
 for i in range(int(sys.argv[4])):
     for key, part in zip(keys, parts):
@@ -101,17 +104,19 @@ def test_two_concurrent_backfills_on_postgres_lose_no_commit(tmp_path, monkeypat
     halves = [list(SAMPLE_KEYS[0::2]), list(SAMPLE_KEYS[1::2])]
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    procs = [
+    logs = [(tmp_path / f"child{i}.out", tmp_path / f"child{i}.err") for i in range(len(halves))]
+    procs = [  # output to files, not pipes: a full pipe would stall one child while the other waits for it
         subprocess.Popen(
             [sys.executable, "-c", CHILD, json.dumps(keys), str(REPEAT), str(SAMPLE_CRAWL), str(STORM), str(barrier)],
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=out.open("w"),
+            stderr=err.open("w"),
         )  # fmt: skip
-        for keys in halves
+        for keys, (out, err) in zip(halves, logs)
     ]
-    outs = [p.communicate(timeout=600) for p in procs]
+    for p in procs:
+        p.wait(timeout=600)
+    outs = [(out.read_text(), err.read_text()) for out, err in logs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     run_ids = {line.split()[1] for out, _ in outs for line in out.splitlines() if line.startswith("RUN ")}

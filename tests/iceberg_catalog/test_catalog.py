@@ -126,3 +126,15 @@ def test_a_table_from_an_older_declaration_gets_the_appended_columns(tokenlake_h
     table = catalog.load_table(T.identifier)
     assert table.schema().as_struct() == T.schema.as_struct()
     assert table.schema().fields[-1].name == T.schema.fields[-1].name
+
+
+def test_only_the_first_open_race_of_a_sql_catalog_is_retried():
+    from iceberg_catalog.catalog import _lost_create_race
+
+    class IntegrityError(Exception):
+        pass
+
+    dup = 'duplicate key value violates unique constraint "pg_type_typname_nsp_index"'
+    assert _lost_create_race(IntegrityError(dup))
+    assert not _lost_create_race(IntegrityError("null value in column violates not-null constraint"))
+    assert not _lost_create_race(ValueError(dup))
