@@ -297,6 +297,9 @@ def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()
             catalog.create_namespace(ns)
         except NamespaceAlreadyExistsError:
             pass
+        except Exception as exc:  # noqa: BLE001 - another process created it between check and insert
+            if not _lost_create_race(exc):
+                raise
     from iceberg_catalog.lakehouse import check_location  # the location guard, before anything is written
 
     for t in tables:
@@ -310,6 +313,9 @@ def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()
                 )
             except TableAlreadyExistsError:  # another process won the race: fine
                 pass
+            except Exception as exc:  # noqa: BLE001 - the same race, seen by the database
+                if not _lost_create_race(exc):
+                    raise
             continue
         if existing.schema().as_struct() != t.schema.as_struct() and not _add_declared_columns(existing, t):
             declared = {f.field_id: (f.name, str(f.field_type)) for f in t.schema.fields}
