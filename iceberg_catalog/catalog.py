@@ -153,14 +153,14 @@ class CatalogConfig:
             wh = str(self.properties.get("warehouse", ""))
             if wh.startswith("file://"):
                 Path(wh.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-        for attempt in range(CREATE_RACE_ATTEMPTS):
+        for attempt in range(1, CREATE_RACE_ATTEMPTS):
             try:
                 return load_catalog(self.name, **self.properties)
             except Exception as exc:  # noqa: BLE001 - only the first-open race is retried
-                if attempt == CREATE_RACE_ATTEMPTS - 1 or not _lost_create_race(exc):
+                if not _lost_create_race(exc):
                     raise
-                time.sleep(0.2 * (attempt + 1))
-        raise AssertionError("unreachable")
+                time.sleep(0.2 * attempt)
+        return load_catalog(self.name, **self.properties)
 
 
 CREATE_RACE_ATTEMPTS = 5

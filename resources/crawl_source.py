@@ -58,11 +58,7 @@ class CrawlSource(dg.ConfigurableResource):
     licence_basis: str = COMMON_CRAWL_TERMS
     file_glob: str = "*.warc.gz"
 
-    def list_segments(self) -> list[SegmentRef]:
-        raise NotImplementedError
-
-    def warc_files(self, ref: SegmentRef) -> list[WarcFileRef]:
-        raise NotImplementedError
+    # each source defines list_segments() -> [SegmentRef] and warc_files(SegmentRef) -> [WarcFileRef]
 
     def fingerprint(self, files: list[WarcFileRef]) -> str:
         """sha256 over the file names and sizes a partition was built from (recorded as provenance)."""

@@ -10,7 +10,6 @@ fails naming the value.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -22,8 +21,8 @@ from iceberg_catalog import TABLES, CatalogConfig, Lakehouse
 from iceberg_catalog.catalog import CatalogConfigError
 from iceberg_catalog.digest import lakehouse_digest
 from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS
-from orchestration.local_cluster.ray_nodes import ray_cluster
-from resources.executor import TASKS_PER_NODE, disconnect_ray
+from resources.executor import TASKS_PER_NODE
+from tests.cluster.ray_cluster import as_driver, ray_cluster
 from tests.cluster.servers import postgres, seaweedfs  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
@@ -37,19 +36,8 @@ def ray_nodes(tmp_path_factory):
     """A 2-node Ray cluster (1 CPU each) whose nodes read the catalog file at a fixed path (each setup writes
     its own there before it runs): what a deployment mounts on its nodes. This process is the driver."""
     catalog_file = tmp_path_factory.mktemp("ray-catalog") / "catalog.yaml"
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    with ray_cluster(workers=1, node_env={"TOKENLAKE_CATALOG": str(catalog_file)}) as cluster:
-        os.environ.update(cluster.env)
-        os.environ.pop("RAY_ADDRESS", None)
-        try:
-            yield cluster, catalog_file
-        finally:
-            disconnect_ray()
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    with ray_cluster(workers=1, node_env={"TOKENLAKE_CATALOG": str(catalog_file)}) as cluster, as_driver(cluster):
+        yield cluster, catalog_file
 
 
 def ray_logs(cluster) -> list[str]:

@@ -20,7 +20,7 @@ from iceberg_catalog.schemas import CURATED_DOCUMENTS, RAW_REJECTED_RECORDS, RAW
 from resources import IcebergCatalogResource, LocalCrawlSource, TaskExecutorResource, WarcFileRef
 from resources import executor as executor_module
 from resources.executor import ClusterUnreachableError, RayExecutor, TaskFailedError, disconnect_ray
-from tests.cluster.ray_cluster import HEAD_IP, RayCluster, cmdline, free_port, ray_cluster
+from tests.cluster.ray_cluster import HEAD_IP, RayCluster, as_driver, cmdline, free_port, ray_cluster
 
 from conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_segments
 
@@ -34,19 +34,8 @@ WGET = "LEGACY-ARCHIVES/wget-2024"
 @pytest.fixture(scope="module")
 def cluster():
     """One cluster for the module (starting one takes ~15 s); this process is its driver."""
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    with ray_cluster(workers=1) as c:
-        os.environ.update(c.env)
-        os.environ.pop("RAY_ADDRESS", None)
-        try:
-            yield c
-        finally:
-            disconnect_ray()
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    with ray_cluster(workers=1) as c, as_driver(c):
+        yield c
 
 
 def use_ray(monkeypatch, cluster: RayCluster, retries: int = 3) -> None:
