@@ -35,6 +35,10 @@ ADHOC = "adhoc"
 VERSION_PROPERTY = "policy-version"  # snapshot property tokenlake.policy-version
 SHA_PROPERTY = "policy-sha256"
 THRESHOLD_FIELDS = ("language_threshold", "allowed_languages", "quality", "ppl_head_pct", "ppl_tail_pct")
+# What a quality field that a stored thresholds policy lacks means: the value it was approved under. A version
+# written before `per_language` existed judged every language by the English rules, so it reads as off. A field
+# not listed here takes the code's default.
+ABSENT_QUALITY_FIELDS = {"per_language": False}
 GOVERNANCE_CONFIG_ENV = "TOKENLAKE_GOVERNANCE_CONFIG"
 
 
@@ -63,6 +67,13 @@ def thresholds_of(params: CurateParams) -> dict:
     return json.loads(canonical_json(out))
 
 
+def quality_thresholds(policy: Mapping) -> QualityThresholds:
+    """The quality thresholds of a `thresholds` policy as stored: a field it lacks (it was approved before the
+    field existed) means what it did then (`ABSENT_QUALITY_FIELDS`), not today's default. The stored JSON and
+    its sha256 stay as approved."""
+    return QualityThresholds(**{**ABSENT_QUALITY_FIELDS, **policy["quality"]})
+
+
 def with_thresholds(params: CurateParams, policy: Mapping) -> CurateParams:
     """`params` with the thresholds of a `thresholds` policy."""
     allowed = policy["allowed_languages"]
@@ -70,7 +81,7 @@ def with_thresholds(params: CurateParams, policy: Mapping) -> CurateParams:
         params,
         language_threshold=policy["language_threshold"],
         allowed_languages=tuple(allowed) if allowed is not None else None,
-        quality=QualityThresholds(**policy["quality"]),
+        quality=quality_thresholds(policy),
         ppl_head_pct=policy["ppl_head_pct"],
         ppl_tail_pct=policy["ppl_tail_pct"],
     )

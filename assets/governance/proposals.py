@@ -16,6 +16,7 @@ counted per crawl, language and domain class. Documents are named by doc_id only
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -217,8 +218,8 @@ def set_threshold(policy: Mapping, name: str, value: object) -> dict:
     field = name.removeprefix("quality.")
     if name in out and name != "quality":
         out[name] = value
-    elif field in out["quality"]:
-        out["quality"][field] = value
+    elif field in out["quality"] or field in {f.name for f in dataclasses.fields(QualityThresholds)}:
+        out["quality"][field] = value  # also a field the stored version predates (it then reads as approved)
     else:
         known = sorted(k for k in out if k != "quality") + sorted(f"quality.{k}" for k in out["quality"])
         raise ValueError(f"unknown threshold {name!r}; thresholds: {', '.join(known)}")
@@ -480,7 +481,7 @@ def decision_expr(policy: Mapping, languages: Sequence[str | None] = ()) -> pl.E
     expression over the stored signal columns: language first, then the quality rules under the thresholds
     of the document's language (`rules_for`: per-language rules for `languages`, the policy's own for the
     rest); null = kept."""
-    t = QualityThresholds(**policy["quality"])
+    t = policies.quality_thresholds(policy)
     quality = quality_expr(t)
     for lang in sorted({x for x in languages if x}):
         own = rules_for(lang, t).thresholds

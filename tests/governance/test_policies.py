@@ -93,6 +93,46 @@ def test_curation_reads_the_active_version_unless_the_config_is_ad_hoc(lakehouse
     assert params.language_threshold == 0.5 and params.workers == 2 and stamp["policy-version"] == "thresholds/1"
 
 
+def test_a_version_stored_before_per_language_existed_loads_with_per_language_off(lakehouse):
+    """A thresholds version approved before `per_language` (and its rules table) existed judged every language
+    by the English rules: it must load so, not with today's default (on); its stored JSON and sha256 stay."""
+    old = policies.default_policy("thresholds")
+    old["quality"] = {k: v for k, v in old["quality"].items() if k not in ("per_language", "language_rules")}
+    stored = policies.Policy("thresholds", 1, old, "active", 0, "alice", "bob", "prop-old")
+    policies._write(lakehouse, "thresholds", [stored], PROV)
+    loaded = policies.active(lakehouse, "thresholds")
+    assert "per_language" not in loaded.policy["quality"] and loaded.sha256 == stored.sha256
+    params, stamp = policies.governed_params(lakehouse, CurateParams())
+    assert params.quality.per_language is False and stamp["policy-version"] == "thresholds/1"
+    assert CurateParams().quality.per_language is True  # today's default differs: the stored version decides
+    # the dry-run judges a German document by the English rules under that version, as curation would
+    signals = _german_signals()
+    frame = pl.DataFrame([{**signals, "language": "de", "language_score": 0.9, "decision": None}])
+    english = quality_decision(signals, dataclasses.replace(QualityThresholds(), per_language=False))
+    assert english == "c4_n_sentences" != quality_decision(signals, rules_for("de", QualityThresholds()).thresholds)
+    assert proposals.predicted(frame.lazy(), loaded.policy, "d").collect()["d"].to_list() == [english]
+    # turning it on is a proposal like any other (the field the version predates is named in the diff)
+    on = proposals.set_threshold(loaded.policy, "per_language", True)
+    assert proposals.diff(loaded.policy, on) == [{"path": "quality.per_language", "old": None, "new": True}]
+    assert policies.with_thresholds(CurateParams(), on).quality.per_language is True
+
+
+def _german_signals() -> dict:
+    """Signals of a two-sentence German paragraph: the English rules drop it (fewer than 5 sentences), the
+    German ones keep it."""
+    from assets.curated.quality import quality_signals
+
+    text = (
+        "Im Sommer fahren viele Familien aus der Stadt an die Küste, wo sie in kleinen Pensionen wohnen, morgens am "
+        "Strand spazieren gehen, mittags frischen Fisch essen und abends den Sonnenuntergang über dem Meer betrachten, "
+        "während die Kinder Sandburgen bauen, Muscheln sammeln und im flachen Wasser zwischen den Wellen spielen, bis "
+        "es dunkel wird und alle müde zurück in ihre Zimmer gehen. Die Großeltern erzählen dann Geschichten von "
+        "früheren Reisen, von Stürmen auf der Nordsee, von alten Leuchttürmen und von Fischern, die jeden Morgen "
+        "lange vor Sonnenaufgang mit ihren Booten hinausfuhren."
+    )
+    return quality_signals(text, rules_for("de", QualityThresholds()).words)
+
+
 def test_reviewer_list_comes_from_the_instance_configuration(tokenlake_home, monkeypatch):
     assert policies.reviewers() == frozenset()
     tokenlake_home.mkdir(parents=True, exist_ok=True)
