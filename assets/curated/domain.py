@@ -1,0 +1,389 @@
+"""The domain/topic classifier of curated documents: multinomial logistic regression over wordllama static
+embeddings of the text and of the URL's words, plus a few cheap text features; `unknown` when the top
+probability is under a confidence threshold chosen on the training side (out-of-fold predictions). Trained
+from data/domain/train.jsonl.gz (weak labels, data/domain/README.md), validated on the held-out, hand-labelled
+data/domain/eval.jsonl. Pure numpy, deterministic (no random initialisation; folds by hash). No Dagster."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+
+from assets.embeddings import EMBEDDING_MODEL, embed
+from assets.knobs import knob
+from iceberg_catalog import tokenlake_home
+
+CLASSES: tuple[str, ...] = ("code", "commerce", "encyclopedic", "forum/qa", "news", "other")
+UNKNOWN = "unknown"
+MAX_CHARS = 2000  # the classifier reads the first MAX_CHARS characters of a text
+MODEL_FORMAT = "tokenlake.domain_model/1"
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOMAIN_DATA = REPO_ROOT / "data" / "domain"
+TRAIN_PATH = DOMAIN_DATA / "train.jsonl.gz"
+EVAL_PATH = DOMAIN_DATA / "eval.jsonl"
+
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_CODE_CHARS = re.compile(r"[{}();=<>\[\]_#$\\]")
+_PRICE = re.compile(r"(€|\$|£|¥|EUR|USD)\s?\d|\d[\d.,]*\s?(€|EUR|USD|\$)")
+
+
+@dataclass(frozen=True)
+class DomainModelParams:
+    """Training knobs of curated/domain_model."""
+
+    train_path: str = knob(str(TRAIN_PATH), "JSON lines (.gz) of {url, text, label} training documents")
+    l2: float = knob(0.1, "L2 penalty of the logistic regression (on standardised features)")
+    iterations: int = knob(150, "full-batch gradient steps (deterministic: zero initialisation)")
+    learning_rate: float = knob(0.1, "gradient step size (Nesterov momentum 0.9)")
+    folds: int = knob(5, "folds of the out-of-fold predictions the confidence threshold is chosen on")
+    target_accuracy: float = knob(
+        0.85,
+        "the confidence threshold is the smallest whose confident out-of-fold predictions on the training "
+        "side are at least this accurate (below it: `unknown`)",
+    )
+    seed: int = knob(0, "salt of the fold assignment (hash of the URL)")
+
+    def hashed(self) -> dict:
+        return {**asdict(self), "train_path": Path(self.train_path).name}
+
+
+# ---- data ---------------------------------------------------------------------------------------------------
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a JSON-lines file (gzip when the name ends in .gz), in file order."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---- features -----------------------------------------------------------------------------------------------
+
+
+def url_words(url: str | None) -> str:
+    """The words of a URL's host and path ('https://www.shop.de/produkte/tee' -> 'shop de produkte tee')."""
+    if not url:
+        return ""
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    host = (parts.hostname or "").removeprefix("www.")
+    return " ".join(_WORD.findall(unquote(f"{host} {parts.path} {parts.query}").lower()))
+
+
+def cheap_features(text: str) -> list[float]:
+    """Six numbers that embeddings miss: code punctuation share, table-cell share, digit share, price mentions,
+    question marks per line, log length."""
+    t = text[:MAX_CHARS]
+    n = max(len(t), 1)
+    lines = max(t.count("\n") + 1, 1)
+    return [
+        len(_CODE_CHARS.findall(t)) / n,
+        t.count("|") / n,
+        sum(c.isdigit() for c in t) / n,
+        min(len(_PRICE.findall(t)), 10) / 10,
+        t.count("?") / lines,
+        math.log1p(len(text)),
+    ]
+
+
+def raw_features(texts: Sequence[str], urls: Sequence[str | None]) -> np.ndarray:
+    """[text embedding | URL-words embedding | cheap features], one row per document (float64)."""
+    heads = [t[:MAX_CHARS] for t in texts]
+    words = [url_words(u) or "none" for u in urls]
+    return np.hstack(
+        [
+            embed(heads).astype(np.float64),
+            embed(words).astype(np.float64),
+            np.asarray([cheap_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1),
+        ]
+    )
+
+
+# ---- logistic regression ------------------------------------------------------------------------------------
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def fit_softmax(
+    x: np.ndarray, y: np.ndarray, n_classes: int, l2: float, iterations: int, learning_rate: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression, class-balanced (each class weighs the same in total), by full-batch
+    Nesterov-accelerated gradient descent from zeros in float32: deterministic for the same inputs."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, d = x.shape
+    counts = np.bincount(y, minlength=n_classes).astype(np.float32)
+    weights = ((n / (n_classes * np.maximum(counts, 1.0)))[y] / n).astype(np.float32)[:, None]
+    onehot = np.eye(n_classes, dtype=np.float32)[y]
+    w, b = np.zeros((d, n_classes), np.float32), np.zeros(n_classes, np.float32)
+    vw, vb = np.zeros_like(w), np.zeros_like(b)
+    momentum = np.float32(0.9)
+    lr = np.float32(learning_rate)
+    for _ in range(iterations):
+        lw, lb = w + momentum * vw, b + momentum * vb
+        g = (_softmax(x @ lw + lb) - onehot) * weights
+        vw = momentum * vw - lr * (x.T @ g + np.float32(l2) * lw)
+        vb = momentum * vb - lr * g.sum(axis=0)
+        w, b = w + vw, b + vb
+    return w.astype(np.float64), b.astype(np.float64)
+
+
+def choose_threshold(proba: np.ndarray, y: np.ndarray, target_accuracy: float) -> float:
+    """The smallest confidence t (on a 0.01 grid) at which predictions with top probability >= t are at least
+    `target_accuracy` accurate; 1.0 when none is."""
+    top, pred = proba.max(axis=1), proba.argmax(axis=1)
+    for t in np.round(np.arange(0.0, 1.0, 0.01), 2):
+        sel = top >= t
+        if sel.any() and (pred[sel] == y[sel]).mean() >= target_accuracy:
+            return float(t)
+    return 1.0
+
+
+def fold_of(url: str, folds: int, seed: int) -> int:
+    return int(hashlib.sha256(f"{seed}:{url}".encode()).hexdigest(), 16) % folds
+
+
+@dataclass(frozen=True)
+class DomainModel:
+    """A trained classifier: standardisation, weights, the confidence threshold and how it was made."""
+
+    classes: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    w: np.ndarray
+    b: np.ndarray
+    threshold: float
+    info: dict
+
+    def proba(self, texts: Sequence[str], urls: Sequence[str | None]) -> np.ndarray:
+        x = (raw_features(texts, urls) - self.mean) / self.scale
+        return _softmax(x @ self.w + self.b)
+
+    def predict(self, texts: Sequence[str], urls: Sequence[str | None]) -> list[tuple[str, float]]:
+        """(label, confidence) per document: the top class, or `unknown` under the threshold."""
+        if not texts:
+            return []
+        p = self.proba(texts, urls)
+        out = []
+        for row in p:
+            k = int(row.argmax())
+            conf = round(float(row[k]), 6)
+            out.append((self.classes[k] if conf >= self.threshold else UNKNOWN, conf))
+        return out
+
+    def to_json(self) -> str:
+        """Canonical JSON (the model file; its sha256 is the model's version)."""
+
+        def arr(a: np.ndarray) -> list:
+            return np.round(a, 8).tolist()
+
+        return json.dumps(
+            {
+                "format": MODEL_FORMAT,
+                "embedding_model": EMBEDDING_MODEL,
+                "max_chars": MAX_CHARS,
+                "classes": list(self.classes),
+                "threshold": self.threshold,
+                "info": self.info,
+                "mean": arr(self.mean),
+                "scale": arr(self.scale),
+                "w": arr(self.w),
+                "b": arr(self.b),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> DomainModel:
+        d = json.loads(text)
+        if d.get("format") != MODEL_FORMAT or d.get("embedding_model") != EMBEDDING_MODEL:
+            raise ValueError(
+                f"domain model format {d.get('format')!r} / embeddings {d.get('embedding_model')!r} is not "
+                f"{MODEL_FORMAT!r} / {EMBEDDING_MODEL!r}: re-materialise curated/domain_model"
+            )
+        return cls(
+            tuple(d["classes"]),
+            np.asarray(d["mean"]),
+            np.asarray(d["scale"]),
+            np.asarray(d["w"]),
+            np.asarray(d["b"]),
+            float(d["threshold"]),
+            d["info"],
+        )
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+
+def _fit(x: np.ndarray, y: np.ndarray, p: DomainModelParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    w, b = fit_softmax((x - mean) / scale, y, len(CLASSES), p.l2, p.iterations, p.learning_rate)
+    return mean, scale, w, b
+
+
+def train(params: DomainModelParams, rows: list[dict] | None = None) -> DomainModel:
+    """Fit on the training rows (file order), choose the threshold on out-of-fold predictions."""
+    rows = read_jsonl(params.train_path) if rows is None else rows
+    bad = sorted({r["label"] for r in rows} - set(CLASSES))
+    if bad:
+        raise ValueError(f"training labels {bad} are not classes {list(CLASSES)}: fix {params.train_path}")
+    x = raw_features([r["text"] for r in rows], [r["url"] for r in rows])
+    y = np.asarray([CLASSES.index(r["label"]) for r in rows])
+    folds = np.asarray([fold_of(r["url"], params.folds, params.seed) for r in rows])
+    oof = np.zeros((len(rows), len(CLASSES)))
+    for k in range(params.folds):
+        test = folds == k
+        mean, scale, w, b = _fit(x[~test], y[~test], params)
+        oof[test] = _softmax(((x[test] - mean) / scale) @ w + b)
+    threshold = choose_threshold(oof, y, params.target_accuracy)
+    mean, scale, w, b = _fit(x, y, params)
+    confident = oof.max(axis=1) >= threshold
+    info = {
+        "params": params.hashed(),
+        "train_documents": len(rows),
+        "train_per_class": {c: int((y == i).sum()) for i, c in enumerate(CLASSES)},
+        "train_sha256": hashlib.sha256("".join(text_sha256(r["text"]) + r["label"] for r in rows).encode()).hexdigest(),
+        "oof_accuracy": round(float((oof.argmax(axis=1) == y).mean()), 4),
+        "oof_confident_accuracy": round(float((oof.argmax(axis=1) == y)[confident].mean()), 4)
+        if confident.any()
+        else 0.0,
+        "oof_unknown_share": round(float(1 - confident.mean()), 4),
+    }
+    return DomainModel(CLASSES, mean, scale, w, b, threshold, info)
+
+
+# ---- evaluation ---------------------------------------------------------------------------------------------
+
+
+def evaluate(gold: Sequence[str], predicted: Sequence[str]) -> list[dict]:
+    """Per class (then `unknown`, then `all`): support, predicted, correct, precision, recall, f1 and how many of
+    the class's documents fell under the threshold (`unknown`). Precision counts confident predictions only;
+    recall counts every document of the class (an `unknown` is a miss)."""
+    rows = []
+    for c in CLASSES:
+        support = sum(g == c for g in gold)
+        pred = sum(p == c for p in predicted)
+        tp = sum(g == c and p == c for g, p in zip(gold, predicted))
+        prec = tp / pred if pred else 0.0
+        rec = tp / support if support else 0.0
+        rows.append(
+            {
+                "label": c,
+                "support": support,
+                "predicted": pred,
+                "correct": tp,
+                "precision": prec,
+                "recall": rec,
+                "f1": 2 * prec * rec / (prec + rec) if prec + rec else 0.0,
+                "unknown": sum(g == c and p == UNKNOWN for g, p in zip(gold, predicted)),
+            }
+        )
+    n_unknown = sum(p == UNKNOWN for p in predicted)
+    rows.append(
+        {
+            "label": UNKNOWN,
+            "support": 0,
+            "predicted": n_unknown,
+            "correct": 0,
+            "precision": 0.0,
+            "recall": 0.0,
+            "f1": 0.0,
+            "unknown": n_unknown,
+        }
+    )
+    confident = [(g, p) for g, p in zip(gold, predicted) if p != UNKNOWN]
+    acc = sum(g == p for g, p in confident) / len(confident) if confident else 0.0
+    rows.append(
+        {
+            "label": "all",
+            "support": len(gold),
+            "predicted": len(confident),
+            "correct": sum(g == p for g, p in confident),
+            "precision": acc,
+            "recall": sum(g == p for g, p in zip(gold, predicted)) / len(gold) if gold else 0.0,
+            "f1": 0.0,
+            "unknown": n_unknown,
+        }
+    )
+    return rows
+
+
+def validate(model: DomainModel, eval_rows: list[dict]) -> tuple[list[dict], list[tuple[str, float]]]:
+    """The per-class table on the held-out set and each document's (label, confidence)."""
+    preds = model.predict([r["text"] for r in eval_rows], [r["url"] for r in eval_rows])
+    return evaluate([r["label"] for r in eval_rows], [p for p, _ in preds]), preds
+
+
+def weak_classes(rows: Iterable[dict], min_precision: float) -> dict[str, float]:
+    """Classes (not `unknown`/`all`) whose held-out precision is under `min_precision`."""
+    return {r["label"]: r["precision"] for r in rows if r["label"] in CLASSES and r["precision"] < min_precision}
+
+
+# ---- the model file and curation ----------------------------------------------------------------------------
+
+
+def domain_model_path() -> Path:
+    """Where the `curated/domain_model` asset writes the model (under TOKENLAKE_HOME)."""
+    return tokenlake_home() / "models" / "domain" / "domain_model.json"
+
+
+def write_model(model: DomainModel, path: Path) -> str:
+    """Write the model file atomically; its sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(model.to_json(), encoding="utf-8")
+    tmp.replace(path)
+    return model.digest
+
+
+@lru_cache(maxsize=2)
+def _load(path: str, mtime_ns: int) -> DomainModel:
+    return DomainModel.from_json(Path(path).read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _default_model() -> DomainModel:
+    return train(DomainModelParams())
+
+
+def load_model(path: Path | None = None) -> DomainModel:
+    """The materialised model (curated/domain_model) when its file exists; otherwise the model trained from the
+    repo's data with the default knobs (the same bytes the asset writes with them)."""
+    p = path or domain_model_path()
+    if p.is_file():
+        return _load(str(p), p.stat().st_mtime_ns)
+    return _default_model()
+
+
+def label_domains(rows: list[dict]) -> list[dict]:
+    """Set `domain_class` and `domain_confidence` on curated rows that have text (one embedding batch for all);
+    rows without text get nulls. Returns `rows`."""
+    with_text = [r for r in rows if r.get("text")]
+    preds = load_model().predict([r["text"] for r in with_text], [r.get("url") for r in with_text])
+    for r in rows:
+        r["domain_class"], r["domain_confidence"] = None, None
+    for r, (label, conf) in zip(with_text, preds):
+        r["domain_class"], r["domain_confidence"] = label, conf
+    return rows
