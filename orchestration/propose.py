@@ -7,13 +7,13 @@ tokenlake proposals list [--status S]
 tokenlake proposals show ID                          diff, dry-run, 10 sample documents each way, the sha256
 tokenlake proposals approve ID --sha256 H --reviewer R [--comment TEXT]
 tokenlake proposals reject ID --reviewer R --reason TEXT [--sha256 H]
-tokenlake proposals apply ID                         activate, re-materialise the affected partitions, verify
+tokenlake proposals apply ID                         activate, re-materialise what it affects, verify
 tokenlake proposals rollback ID --by WHO [--reason TEXT]   a proposal restoring the parent version
 tokenlake proposals verify ID                        actual flips against the dry-run
 
 Every command runs the same Dagster jobs as the UI (propose_policy, review_proposal, apply_proposal, curate,
-exact_dedup, verify_proposal) in-process on the local instance, so each step is in the UI's run history. An
-agent proposes as `--by agent:<name>`; it can never approve.
+exact_dedup, run_view_candidate, propagate_deletion, verify_proposal) in-process on the local instance, so each
+step is in the UI's run history. An agent proposes as `--by agent:<name>`; it can never approve.
 """
 
 from __future__ import annotations
@@ -171,6 +171,9 @@ def apply_and_verify(proposal_id: str) -> tuple[bool, object]:
     ok, parts = run_job("apply_proposal", "apply_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply")
     if not ok:
         return False, parts
+    ok, out = _materialise_policy(proposal_id)
+    if not ok:
+        return False, out
     for part in parts:
         print(f"  re-materialising curated/documents {part}", flush=True)
         ok, out = run_job("curate", None, None, "tokenlake proposals apply", partition_key=part)
@@ -183,13 +186,31 @@ def apply_and_verify(proposal_id: str) -> tuple[bool, object]:
     return run_job("verify_proposal", "verify_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply")
 
 
+def _materialise_policy(proposal_id: str) -> tuple[bool, object]:
+    """A mixture version: build run_view/candidate under it; a deletion version: propagate the deletion
+    requests its standing rules filed (the same jobs the sensors launch)."""
+    from assets.governance import proposals
+
+    row = proposals.load(Lakehouse(), proposal_id)
+    if row["kind"] == "mixture":
+        print("  building run_view/candidate under the new mixture version", flush=True)
+        return run_job("run_view_candidate", None, None, "tokenlake proposals apply")
+    for rid in proposals.deletion_requests(row):
+        print(f"  propagating deletion request {rid}", flush=True)
+        ok, out = run_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake proposals apply")
+        if not ok:
+            return False, f"propagate {rid}: {out}"
+    return True, None
+
+
 def cmd_apply(args) -> int:
     ok, out = apply_and_verify(args.proposal_id)
     if not ok:
         print(f"apply refused or failed: {out}", file=sys.stderr)
         return 1
     if "actual_flips" not in out:
-        print(f"proposal {args.proposal_id} applied: {out['policy_version']} active ({out.get('note', '')})")
+        shown = {k: v for k, v in out.items() if k not in ("policy_version", "partitions")}
+        print(f"proposal {args.proposal_id} applied: {out['policy_version']} active; {json.dumps(shown)}")
         return 0
     predicted, actual = out["predicted_flips"], out["actual_flips"]
     print(

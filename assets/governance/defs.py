@@ -392,7 +392,9 @@ class ProposalIdConfig(dg.Config):
 @dg.op
 def apply_policy(context: dg.OpExecutionContext, config: ProposalIdConfig, catalog: IcebergCatalogResource) -> list:
     """Make an approved proposal's policy version active; returns the partitions to re-materialise (the
-    applied_proposals sensor, or `tokenlake proposals apply`, re-materialises them)."""
+    applied_proposals sensor, or `tokenlake proposals apply`, re-materialises them). A mixture version is then
+    built by run_view/candidate (applied_mixture_proposals sensor); a deletion version's standing rules become
+    pending deletion requests (deletion_requests sensor)."""
     prov = _proposal_provenance(context, config.proposal_id, config)
     try:
         row = proposals.apply(catalog.lakehouse(), config.proposal_id, prov)
@@ -434,9 +436,10 @@ def verify_policy(context: dg.OpExecutionContext, config: ProposalIdConfig, cata
     applied = json.loads(row["applied_json"])
     summary = {k: v for k, v in applied.items() if not isinstance(v, (dict, list))}
     context.add_output_metadata({"proposal_id": row["proposal_id"], "verification": dg.MetadataValue.json(summary)})
-    if not applied.get("flips_equal_prediction", True):
+    differ = sorted(k for k, v in applied.items() if k.endswith("_equal_prediction") and v is False)
+    if differ:
         raise dg.Failure(
-            description=f"{row['proposal_id']}: actual flips differ from the dry-run",
+            description=f"{row['proposal_id']}: what applying did differs from the dry-run ({', '.join(differ)})",
             metadata={"applied": dg.MetadataValue.json(applied)},
         )
     return applied
@@ -469,6 +472,25 @@ def applied_proposals(context: dg.SensorEvaluationContext, catalog: IcebergCatal
         dg.RunRequest(run_key=f"{pid}:{part}", partition_key=part, tags={"tokenlake/proposal": pid})
         for pid, part in todo
     ]
+
+
+@dg.sensor(
+    name="applied_mixture_proposals",
+    job_name="run_view_candidate",  # by name: the run_view state's job
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Re-materialises run_view/candidate under a mixture policy version an applied proposal (or its "
+    "rollback) made active (run key = proposal id, so once per proposal).",
+)
+def applied_mixture_proposals(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource):
+    todo = [
+        r["proposal_id"]
+        for r in proposals.list_proposals(catalog.lakehouse(), status="applied")
+        if r["kind"] == "mixture" and not json.loads(r["applied_json"] or "{}").get("verified")
+    ]
+    if not todo:
+        return dg.SkipReason("no applied mixture proposal waiting for a run view candidate")
+    return [dg.RunRequest(run_key=f"{pid}:run_view", tags={"tokenlake/proposal": pid}) for pid in todo]
 
 
 class FunnelReportConfig(dg.Config):
@@ -520,7 +542,7 @@ def funnel_drift(context: dg.SensorEvaluationContext, catalog: IcebergCatalogRes
 
 policy_defs = dg.Definitions(
     jobs=[propose_policy, review_proposal, apply_proposal, verify_proposal, file_funnel_report],
-    sensors=[applied_proposals, funnel_drift],
+    sensors=[applied_proposals, applied_mixture_proposals, funnel_drift],
 )
 
 defs = dg.Definitions.merge(deletion_defs, policy_defs)

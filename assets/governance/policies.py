@@ -6,7 +6,9 @@ first proposal of its kind is applied, which writes it (status `retired`) next t
 active version rewrites the kind's partition in one commit, so the table's snapshot history is the audit log.
 Assets read the active version (`governed_params`) and stamp it on their snapshots (`tokenlake.policy-version`).
 A Launchpad config that differs from the defaults is an ad-hoc experiment: it wins, and the snapshot says
-`adhoc` instead of a version.
+`<kind>/adhoc` instead of a version. Downstream snapshots inherit the versions of what they read
+(`iceberg_catalog.commit.inherited_policy_versions`), so `tokenlake.policy-version` may name several, e.g.
+`mixture/1,thresholds/2`.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from pyiceberg.expressions import EqualTo
 from assets.curated.pipeline import CurateParams
 from assets.curated.quality import QualityThresholds
 from iceberg_catalog import Lakehouse, Provenance, tokenlake_home
+from iceberg_catalog.commit import POLICY_VERSION
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_POLICIES
 
 KINDS = ("thresholds", "mixture", "deletion")
 STATUSES = ("active", "retired", "rolled_back")
 CODE_DEFAULTS = "code-defaults"
 ADHOC = "adhoc"
-VERSION_PROPERTY = "policy-version"  # snapshot property tokenlake.policy-version
+VERSION_PROPERTY = POLICY_VERSION  # snapshot property tokenlake.policy-version (joined with inherited ones)
 SHA_PROPERTY = "policy-sha256"
 THRESHOLD_FIELDS = ("language_threshold", "allowed_languages", "quality", "ppl_head_pct", "ppl_tail_pct")
 # What a quality field that a stored thresholds policy lacks means: the value it was approved under. A version
@@ -285,9 +288,29 @@ def governed_params(lakehouse: Lakehouse, params: CurateParams) -> tuple[CurateP
     """The parameters curated/documents runs with and the snapshot properties naming their policy: the active
     thresholds version, unless the Launchpad config changes a threshold (an ad-hoc experiment, stamped so)."""
     if thresholds_of(params) != thresholds_of(CurateParams()):
-        return params, {VERSION_PROPERTY: ADHOC, SHA_PROPERTY: sha256_hex(canonical_json(thresholds_of(params)))}
+        return params, adhoc_stamp("thresholds", thresholds_of(params))
     policy = active(lakehouse, "thresholds")
     return with_thresholds(params, policy.policy), policy.snapshot_properties()
+
+
+def governed_mixture(lakehouse: Lakehouse, components: Sequence[Mapping]) -> tuple[list[dict], dict[str, str]]:
+    """The mixture components run_view/candidate builds with and the snapshot properties naming their policy:
+    the active mixture version's, unless the Launchpad config changes the components (an ad-hoc experiment)."""
+    given = json.loads(canonical_json({"components": list(components)}))
+    if given != default_policy("mixture"):
+        return given["components"], adhoc_stamp("mixture", given)
+    policy = active(lakehouse, "mixture")
+    return policy.policy["components"], policy.snapshot_properties()
+
+
+def adhoc_label(kind: str) -> str:
+    """What a snapshot written under a Launchpad config instead of the approved `kind` policy carries."""
+    _check_kind(kind)
+    return f"{kind}/{ADHOC}"
+
+
+def adhoc_stamp(kind: str, policy: Mapping) -> dict[str, str]:
+    return {VERSION_PROPERTY: adhoc_label(kind), SHA_PROPERTY: sha256_hex(canonical_json(policy))}
 
 
 def policy_stamp(lakehouse: Lakehouse, kind: str) -> dict[str, str]:

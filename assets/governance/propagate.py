@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 
 from pyiceberg.expressions import AlwaysFalse, In
 
-from assets.governance.requests import LineageKeys, load_request, resolve, write_request_row
+from assets.governance.requests import LineageKeys, load_request, policy_version_of, resolve, write_request_row
 from assets.run_view import store
 from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog.commit import POLICY_VERSION
 from iceberg_catalog.erasure import ERASURE_KEY, LINEAGE_COLUMNS
 from iceberg_catalog.maintenance import (
     count_matching_in_retained_snapshots,
@@ -149,7 +150,7 @@ def propagate(lakehouse: Lakehouse, request_id: str, targets: Sequence[ErasureTa
         provenance.code_version,
         provenance.config_hash,
         {},
-        {**provenance.extra, "deletion-request-id": request_id},
+        {**provenance.extra, "deletion-request-id": request_id, **_policy_stamp(request)},
     )
     published, candidates = _affected_views(lakehouse, targets, keys) if not keys.empty() else ({}, {})
     superseded = sorted(published) + sorted(candidates)
@@ -182,6 +183,12 @@ def propagate(lakehouse: Lakehouse, request_id: str, targets: Sequence[ErasureTa
     if request["status"] != "completed":
         write_request_row(lakehouse, done, props)
     return report
+
+
+def _policy_stamp(request: Mapping) -> dict[str, str]:
+    """A request filed by a standing rule of the deletion policy: its snapshots name that version."""
+    label = policy_version_of(request)
+    return {POLICY_VERSION: label} if label else {}
 
 
 def superseded_without_successor(lakehouse: Lakehouse) -> list[str]:

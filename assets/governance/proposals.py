@@ -392,6 +392,11 @@ def apply(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> dic
 def _mark_applied(lakehouse: Lakehouse, row: Mapping, policy: Policy, provenance: Provenance) -> dict:
     report = json.loads(row["dry_run_json"])
     applied = {"policy_version": policy.label, "partitions": report.get("partitions", []), "verified": False}
+    if row["kind"] == "deletion":  # the standing rules reach rows through deletion requests, propagated as any
+        from assets.governance.requests import file_standing_rules
+
+        rules = policy.policy.get("rules", [])
+        applied["deletion_requests"] = file_standing_rules(lakehouse, policy.label, rules, provenance)
     return _update(
         lakehouse,
         row,
@@ -409,6 +414,11 @@ def affected_partitions(row: Mapping) -> list[str]:
     return list(json.loads(row["dry_run_json"]).get("partitions", []))
 
 
+def deletion_requests(row: Mapping) -> list[str]:
+    """The deletion requests an applied deletion policy filed (its standing rules that reached rows)."""
+    return list(json.loads(row["applied_json"] or "{}").get("deletion_requests", []))
+
+
 def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> dict:
     """After re-materialisation: the documents whose decision actually changed between the dry-run's pinned
     snapshot and now, against the prediction (doc ids); recorded in `applied_json`."""
@@ -416,9 +426,14 @@ def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> di
     if row["status"] != "applied":
         raise NotApproved(f"proposal {proposal_id} is {row['status']}: only an applied proposal is verified")
     report = json.loads(row["dry_run_json"])
-    if row["kind"] != "thresholds":  # nothing is re-materialised for a mixture or a deletion policy here
-        note = f"a {row['kind']} policy re-materialises no curated partition; its dry-run is the prediction"
-        out = {**json.loads(row["applied_json"] or "{}"), "verified": True, "note": note}
+    if row["kind"] == "mixture":
+        found = _verify_mixture(lakehouse, row, report)
+    elif row["kind"] == "deletion":
+        found = _verify_deletion(lakehouse, row, report)
+    else:
+        found = None
+    if found is not None:
+        out = {**json.loads(row["applied_json"] or "{}"), **found}
         return _update(lakehouse, row, provenance, applied_json=canonical_json(out))
     pinned = report["pinned"][CURATED_DOCUMENTS.identifier]
     cols = ("doc_id", "decision", "kept")
@@ -441,6 +456,53 @@ def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> di
         "actual_decision_changes": len(actual_changes),
     }
     return _update(lakehouse, row, provenance, applied_json=canonical_json(out))
+
+
+def _verify_mixture(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dict:
+    """The newest run view candidate built under the applied mixture version against the dry-run's prediction
+    (samples, tokens, realised shares); not verified until run_view/candidate was materialised under it."""
+    from assets.run_view import store
+
+    policy = policies.version(lakehouse, "mixture", row["new_version"])
+    for view in store.list_run_views(lakehouse):  # newest first
+        manifest = store.load_manifest(lakehouse, view["run_view_id"])["manifest"]
+        if manifest.get("policy") == {"version": policy.label, "sha256": policy.sha256}:
+            actual = {
+                "n_samples": manifest["samples"]["n_samples"],
+                "n_tokens": manifest["samples"]["n_tokens"],
+                "realised": manifest["realised"],
+            }
+            predicted = {k: report.get("new", {}).get(k) for k in actual}
+            return {
+                "verified": True,
+                "run_view_id": view["run_view_id"],
+                "samples_sha256": manifest["samples"]["sha256"],
+                "actual": {k: actual[k] for k in ("n_samples", "n_tokens")},
+                "realised_equal_prediction": actual == predicted,
+            }
+    return {"verified": False, "note": f"no run view candidate built under {policy.label} yet: materialise it"}
+
+
+def _verify_deletion(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dict:
+    """The rows the applied deletion policy's requests deleted, per table, against the dry-run's prediction;
+    not verified until every request was propagated."""
+    from assets.governance.requests import load_request
+
+    requests = [load_request(lakehouse, rid) for rid in deletion_requests(row)]
+    pending = [r["request_id"] for r in requests if r["status"] != "completed"]
+    if pending:
+        return {"verified": False, "note": f"deletion requests not yet propagated: {pending}"}
+    deleted: Counter = Counter({ident: 0 for ident in report["rows"]})
+    for r in requests:
+        for ident, t in json.loads(r["report_json"])["tables"].items():
+            deleted[ident] += t["rows_deleted"]
+    return {
+        "verified": True,
+        "actual_rows": dict(sorted(deleted.items())),
+        "predicted_rows": report["rows"],
+        "rows_equal_prediction": dict(deleted) == report["rows"],
+        "erased": all(json.loads(r["report_json"])["erased"] for r in requests),
+    }
 
 
 def _flips(frame: pl.DataFrame, before: str, after: str) -> dict[str, list[str]]:
@@ -639,24 +701,12 @@ def dry_run_mixture(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict:
 
 
 def dry_run_deletion(lakehouse: Lakehouse, new: Mapping) -> dict:
-    """The rows each standing deletion rule would reach (resolved through the lineage keys, as a request is)."""
-    from assets.governance.requests import resolve
-    from iceberg_catalog.erasure import LINEAGE_COLUMNS
-    from iceberg_catalog.schemas import RAW_WARC_RECORDS
+    """The rows the standing rules of a deletion policy would reach, in every table a deletion reaches,
+    resolved through the lineage keys as a request is (applying files one request per rule that reaches rows,
+    propagated by the deletion path; `verify` compares what it deleted with this)."""
+    from assets.governance.requests import reach
 
-    rules = []
-    for rule in new.get("rules", []):
-        keys = resolve(lakehouse, rule["key_type"], rule["value"])
-        reached = {
-            t.identifier: lakehouse.scan(
-                t,
-                ("doc_id",) if "doc_id" in t.arrow_schema.names else ("record_id",),
-                keys.predicate([c for c in LINEAGE_COLUMNS if c in t.arrow_schema.names]),
-            ).num_rows
-            for t in (RAW_WARC_RECORDS, CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS)
-        }
-        rules.append({**rule, "rows": reached})
-    return {"kind": "deletion", "rules": rules, "partitions": []}
+    return {"kind": "deletion", **reach(lakehouse, new.get("rules", [])), "partitions": []}
 
 
 # ---- showing a proposal ---------------------------------------------------------------------------------------

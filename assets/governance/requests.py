@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -26,6 +26,7 @@ from iceberg_catalog.schemas import (
 )
 
 KEY_TYPES = ("url", "domain", "deletion_key", "record_id", "doc_id")
+POLICY_REQUESTER = "policy:"  # requested_by of a request filed by a standing rule: `policy:deletion/<n>`
 
 
 @dataclass(frozen=True)
@@ -153,3 +154,72 @@ def resolve(lakehouse: Lakehouse, key_type: str, value: str) -> LineageKeys:
     for t in (CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS):
         doc_ids |= set(lakehouse.scan(t, ("doc_id",), keys.predicate(LINEAGE_COLUMNS))["doc_id"].to_pylist())
     return LineageKeys(frozenset(record_ids), frozenset(dkeys), frozenset(doc_ids))
+
+
+def policy_version_of(request: Mapping) -> str | None:
+    """The deletion policy version (`deletion/<n>`) whose standing rule filed a request; None for a person's."""
+    who = request["requested_by"]
+    return who[len(POLICY_REQUESTER) :] if who.startswith(POLICY_REQUESTER) else None
+
+
+def union(keys: Iterable[LineageKeys]) -> LineageKeys:
+    out = LineageKeys()
+    for k in keys:
+        out = LineageKeys(out.record_id | k.record_id, out.deletion_key | k.deletion_key, out.doc_id | k.doc_id)
+    return out
+
+
+def erasable_tables() -> list[tuple]:
+    """(table, its lineage columns) for every table holding one: the tables a deletion reaches (the asset graph
+    declares erasure on exactly these columns; propagate.plan checks the declarations)."""
+    from iceberg_catalog.schemas import TABLES
+
+    out = []
+    for ident in sorted(TABLES):
+        columns = tuple(c for c in LINEAGE_COLUMNS if c in TABLES[ident].arrow_schema.names)
+        if columns:
+            out.append((TABLES[ident], columns))
+    return out
+
+
+def reach(lakehouse: Lakehouse, rules: Sequence[Mapping]) -> dict:
+    """What standing deletion rules reach now, as a request for each would resolve it: per rule its rows per
+    table; all rules together (rows per table, doc ids), counting a row reached by two rules once."""
+    per_rule, all_keys = [], []
+    for rule in rules:
+        keys = resolve(lakehouse, rule["key_type"], rule["value"])
+        all_keys.append(keys)
+        per_rule.append({**rule, "rows": _rows(lakehouse, keys)})
+    keys = union(all_keys)
+    rows = _rows(lakehouse, keys)
+    return {"rules": per_rule, "rows": rows, "total_rows": sum(rows.values()), "doc_ids": sorted(keys.doc_id)}
+
+
+def _rows(lakehouse: Lakehouse, keys: LineageKeys) -> dict[str, int]:
+    if keys.empty():
+        return {t.identifier: 0 for t, _ in erasable_tables()}
+    return {
+        t.identifier: lakehouse.scan(t, columns[:1], keys.predicate(columns)).num_rows
+        for t, columns in erasable_tables()
+    }
+
+
+def file_standing_rules(
+    lakehouse: Lakehouse, label: str, rules: Sequence[Mapping], provenance: Provenance
+) -> list[str]:
+    """Record a pending deletion request (requested_by `policy:<label>`) for each standing rule of the deletion
+    policy version `label` that reaches any row now; the deletion_requests sensor (or `tokenlake proposals
+    apply`) propagates them. Returns the request ids."""
+    out = []
+    for rule in rules:
+        if not sum(_rows(lakehouse, resolve(lakehouse, rule["key_type"], rule["value"])).values()):
+            continue
+        reason = f"{rule.get('reason') or 'standing rule'} (standing rule of {label})"
+        out.append(
+            record(
+                lakehouse,
+                DeletionRequest(rule["key_type"], rule["value"], reason, POLICY_REQUESTER + label),
+                provenance,
+            )
+        )
+    return out

@@ -12,6 +12,7 @@ import pydantic
 
 from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
 from assets.dedup.defs import NEAR_DUPLICATES
+from assets.governance import policies
 from assets.plots import paired_bars_markdown
 from assets.quarantine.defs import EVAL_ITEMS, MATCHES
 from assets.run_view import store
@@ -87,13 +88,27 @@ def _component(c) -> Component:
     return Component(c.name, c.weight, c.filters, c.max_repetitions)
 
 
-def rebuild_spec(context: dg.AssetExecutionContext, lakehouse: Lakehouse, run_view_id: str) -> store.RunViewSpec:
-    """The configuration a superseded view was built with (to rebuild it on the current inputs)."""
+def governed_spec(lakehouse: Lakehouse, spec: store.RunViewSpec) -> tuple[store.RunViewSpec, dict]:
+    """The spec with the active mixture policy's components (unless the config's components are an ad-hoc
+    experiment) and the snapshot properties naming the policy (`mixture/<n>` or `mixture/adhoc`)."""
+    components, stamp = policies.governed_mixture(lakehouse, [c.as_dict() for c in spec.components])
+    return dataclasses.replace(spec, components=tuple(Component(**c) for c in components)), stamp
+
+
+def rebuild_spec(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, run_view_id: str
+) -> tuple[store.RunViewSpec, dict]:
+    """The configuration a superseded view was built with (to rebuild it on the current inputs), and the
+    mixture policy it was built under (ad hoc when its manifest names none)."""
     old = store.load_manifest(lakehouse, run_view_id)
     if old is None:
         raise dg.Failure(f"rebuild_of: unknown run view {run_view_id!r}")
     context.log.info("rebuilding %s (%s) on the current inputs", run_view_id, old["status"])
-    return store.spec_from_manifest(old["manifest"])
+    spec = store.spec_from_manifest(old["manifest"])
+    policy = old["manifest"].get("policy")
+    if policy is None:
+        return spec, policies.adhoc_stamp("mixture", {"components": [c.as_dict() for c in spec.components]})
+    return spec, {policies.VERSION_PROPERTY: policy["version"], policies.SHA_PROPERTY: policy["sha256"]}
 
 
 @dg.asset(
@@ -115,10 +130,13 @@ def candidate(
     duplicated, not quarantined), in canonical order (run_view.samples), and its frozen manifest with status
     `candidate` (run_view.manifests). Publish it with the publish_run_view job."""
     lakehouse = catalog.lakehouse()
-    spec = rebuild_spec(context, lakehouse, config.rebuild_of) if config.rebuild_of else config.spec()
-    result = store.build_candidate(
-        lakehouse, spec, provenance(context, CANDIDATE, spec.config()), supersedes=config.rebuild_of
-    )
+    if config.rebuild_of:
+        spec, stamp = rebuild_spec(context, lakehouse, config.rebuild_of)
+    else:
+        spec, stamp = governed_spec(lakehouse, config.spec())
+    prov = provenance(context, CANDIDATE, spec.config(), extra=stamp)
+    policy = {"version": stamp[policies.VERSION_PROPERTY], "sha256": stamp[policies.SHA_PROPERTY]}
+    result = store.build_candidate(lakehouse, spec, prov, supersedes=config.rebuild_of, policy=policy)
     s = result.manifest["samples"]
     context.log.info(
         "run view %s (%s): %d samples, %d tokens, sha256 %s",
@@ -140,6 +158,7 @@ def candidate_metadata(result: store.CandidateResult, rebuild_of: Optional[str])
         "status": result.status,
         "newly_created": result.created,
         "supersedes": rebuild_of or "",
+        "policy_version": m.get("policy", {}).get("version", ""),
         "dagster/row_count": m["samples"]["n_samples"],
         "n_tokens": m["samples"]["n_tokens"],
         "n_documents": m["samples"]["n_documents"],

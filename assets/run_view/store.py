@@ -309,9 +309,11 @@ def build_manifest(
     provenance: Provenance,
     pinned: Mapping[str, int | None],
     supersedes: str | None = None,
+    policy: Mapping[str, str] | None = None,
 ) -> tuple[dict, list[dict], list[Realised], dict[str, dict]]:
     """Select the samples at the pinned snapshots: (manifest, sample rows in canonical order, realised mixture,
-    the selected documents by doc_id)."""
+    the selected documents by doc_id). `policy`: the mixture policy that decided the components ({version,
+    sha256}: `mixture/<n>` or `mixture/adhoc`), recorded in the manifest."""
     tok = resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
     docs, exclusions = eligible_documents(lakehouse, pinned, tok["tokenizer_id"], spec.split, spec.split_params())
     samples, realised = select(docs, spec.components, spec.seed, spec.token_budget)
@@ -360,6 +362,8 @@ def build_manifest(
     }
     if spec.split is not None:  # absent otherwise, so views that select no split keep their bytes and ids
         manifest["split"] = {"split": spec.split, **spec.split_params().as_dict()}
+    if policy is not None:  # the same policy version and inputs give the same id (a rollback finds the old view)
+        manifest["policy"] = dict(policy)
     return manifest, rows, realised, by_id
 
 
@@ -369,11 +373,13 @@ def build_candidate(
     provenance: Provenance,
     pinned: Mapping[str, int | None] | None = None,
     supersedes: str | None = None,
+    policy: Mapping[str, str] | None = None,
 ) -> CandidateResult:
     """Select, hash and write a candidate run view; an existing view with the same id is returned untouched.
-    `supersedes` names the view this one replaces (a rebuild after a deletion)."""
+    `supersedes` names the view this one replaces (a rebuild after a deletion); `policy` the mixture policy
+    version that decided its components (in the manifest; the snapshots carry it via `provenance`)."""
     pinned = dict(pinned or lakehouse.snapshot_ids(INPUT_TABLES))
-    manifest, rows, realised, by_id = build_manifest(lakehouse, spec, provenance, pinned, supersedes)
+    manifest, rows, realised, by_id = build_manifest(lakehouse, spec, provenance, pinned, supersedes, policy)
     sha = manifest_sha256(manifest)
     rv_id = run_view_id(spec.name, sha)
     existing = load_manifest(lakehouse, rv_id)

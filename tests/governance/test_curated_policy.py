@@ -40,10 +40,14 @@ def test_curation_runs_under_the_active_version_and_says_which(tokenlake_home, i
     assert props["policy-sha256"] == policies.builtin("thresholds").sha256
 
     adhoc, props = curate(instance, root, reference_lm_file, quality=RELAXED)
-    assert props["policy-version"] == policies.ADHOC and adhoc != default  # the experiment keeps more documents
+    assert (
+        props["policy-version"] == policies.adhoc_label("thresholds") and adhoc != default
+    )  # the experiment keeps more documents
     lakehouse = Lakehouse()
     doc = lakehouse.scan(CURATED_DOCUMENTS, ("doc_id",)).to_pylist()[0]["doc_id"]
-    assert provenance(lakehouse, doc_id=doc)[0]["decided_by_policy"]["policy_version"] == policies.ADHOC
+    assert provenance(lakehouse, doc_id=doc)[0]["decided_by_policy"]["policy_version"] == policies.adhoc_label(
+        "thresholds"
+    )
 
     base = policies.active(lakehouse, "thresholds")
     new = proposals.set_threshold(base.policy, "gopher_min_alpha_token_frac", 0.7)
@@ -54,4 +58,8 @@ def test_curation_runs_under_the_active_version_and_says_which(tokenlake_home, i
     assert provenance(lakehouse, doc_id=doc)[0]["decided_by_policy"]["policy_version"] == "thresholds/1"
     snapshots = lakehouse.table(CURATED_DOCUMENTS).snapshots()
     versions = {s.summary.additional_properties.get("tokenlake.policy-version") for s in snapshots}
-    assert versions == {"thresholds/0", policies.ADHOC, "thresholds/1"}  # old snapshots keep their version
+    assert versions == {
+        "thresholds/0",
+        policies.adhoc_label("thresholds"),
+        "thresholds/1",
+    }  # old snapshots keep their version

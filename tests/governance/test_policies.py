@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -87,7 +88,7 @@ def test_curation_reads_the_active_version_unless_the_config_is_ad_hoc(lakehouse
     assert params.language_threshold == 0.5 and stamp["policy-version"] == "thresholds/1"
     adhoc = dataclasses.replace(CurateParams(), quality=QualityThresholds(gopher_min_words=10))
     params, stamp = policies.governed_params(lakehouse, adhoc)
-    assert params == adhoc and stamp["policy-version"] == policies.ADHOC
+    assert params == adhoc and stamp["policy-version"] == policies.adhoc_label("thresholds")
     # knobs that decide nothing (workers, chunking) are not an experiment
     params, stamp = policies.governed_params(lakehouse, dataclasses.replace(CurateParams(), workers=2))
     assert params.language_threshold == 0.5 and params.workers == 2 and stamp["policy-version"] == "thresholds/1"
@@ -251,3 +252,32 @@ def test_the_dry_run_of_an_empty_lakehouse_is_empty(lakehouse):
         lakehouse, "thresholds", base.policy, proposals.set_threshold(base.policy, "gopher_min_words", 1)
     )
     assert (report["documents"], report["partitions"], report["changed"]) == (0, [], [])
+
+
+def test_a_snapshot_names_the_versions_of_what_it_read_joined_with_its_own(lakehouse):
+    """commit_partition stamps the writer's own version and those of the upstream partitions it read: the
+    matching partition when the upstream has one (a tokenized segment reads its curated segment), every
+    partition otherwise (a whole-table read); a kind the writer names itself replaces the inherited one."""
+    from iceberg_catalog.commit import join_policy_versions
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES
+
+    rows = document_rows(6)
+    for segment, version in (("CRAWL-A/seg-1", "thresholds/0"), ("CRAWL-B/seg-1", "thresholds/1")):
+        crawl, seg = segment.split("/")
+        writer = lakehouse.writer(CURATED_DOCUMENTS, {"crawl": crawl, "segment": seg})
+        part = [r for r in rows if (r["crawl"], r["segment"]) == (crawl, seg)]
+        writer.write(pa.Table.from_pylist(part, schema=CURATED_DOCUMENTS.arrow_schema))
+        writer.commit(Provenance("curated/documents", segment, "r", "c", "h", {}, {"policy-version": version}))
+    pins = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
+
+    def written_under(partition_key: str | None, own: dict) -> str:
+        writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {})
+        writer.commit(Provenance("curated/exact_duplicates", partition_key, "r", "c", "h", pins, own))
+        snap = lakehouse.table(CURATED_EXACT_DUPLICATES).current_snapshot()
+        return snap.summary.additional_properties.get("tokenlake.policy-version", "")
+
+    assert written_under("gpt2|CRAWL-B/seg-1", {}) == "thresholds/1"  # its own segment only
+    assert written_under(None, {}) == "thresholds/0,thresholds/1"  # read every segment
+    assert written_under(None, {"policy-version": "mixture/2"}) == "mixture/2,thresholds/0,thresholds/1"
+    assert written_under(None, {"policy-version": "thresholds/3"}) == "thresholds/3"  # it decided itself
+    assert join_policy_versions("", []) == "" and join_policy_versions(None, ["b/1", "a/2"]) == "a/2,b/1"

@@ -113,7 +113,7 @@ def test_approve_apply_then_roll_back(lakehouse, instance):
 
     # without re-materialisation nothing flipped: verification says so and fails
     res = run(instance, "verify_proposal", "verify_policy", {"proposal_id": row["proposal_id"]})
-    assert "actual flips differ from the dry-run" in refusal(res)
+    assert "differs from the dry-run (decision_changes_equal_prediction, flips_equal_prediction)" in refusal(res)
 
     rb = run(
         instance,
@@ -287,10 +287,12 @@ def test_mixture_and_deletion_proposals_dry_run_on_the_current_lakehouse(lakehou
     config = {"kind": "deletion", "policy_json": json.dumps(rules), "proposed_by": "carol"}
     res = run(instance, "propose_policy", "record_proposal", config)
     report = json.loads(proposals.load(lakehouse, res.output_for_node("record_proposal"))["dry_run_json"])
-    assert report["rules"][0]["rows"] == {"curated.documents": 1, "raw.warc_records": 0, "tokenized.documents": 1}
+    rows = {ident: n for ident, n in report["rules"][0]["rows"].items() if n}
+    assert rows == {"curated.documents": 1, "tokenized.documents": 1} and report["doc_ids"] == [doc_id]
+    assert report["rows"]["raw.warc_records"] == 0 and len(report["rows"]) == 10  # every table a deletion reaches
 
 
-def test_a_mixture_policy_is_applied_and_verified_without_rematerialising(lakehouse, instance):
+def test_a_mixture_policy_is_not_verified_until_a_candidate_is_built_under_it(lakehouse, instance):
     from tests.run_view import builders
 
     builders.write_documents(lakehouse, n_docs=8, first=300)
@@ -302,6 +304,8 @@ def test_a_mixture_policy_is_applied_and_verified_without_rematerialising(lakeho
     assert decide(instance, row).success
     assert apply(instance, row["proposal_id"]).output_for_node("apply_policy") == []
     res = run(instance, "verify_proposal", "verify_policy", {"proposal_id": row["proposal_id"]})
-    assert res.success and res.output_for_node("verify_policy")["policy_version"] == "mixture/1"
+    out = res.output_for_node("verify_policy")
+    assert res.success and out["policy_version"] == "mixture/1" and out["verified"] is False
+    assert "no run view candidate built under mixture/1" in out["note"]
     assert policies.active(lakehouse, "mixture").policy["components"][0]["max_repetitions"] == 2
     assert policies.active(lakehouse, "thresholds").version == 0
