@@ -8,6 +8,7 @@ the global steps at which the loader serves it in a published view (for a given 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from pyiceberg.expressions import EqualTo, In
@@ -97,10 +98,11 @@ def document_provenance(lakehouse: Lakehouse, doc: dict, global_batch_size: int 
     if samples:
         for r in rows(
             RUN_VIEW_MANIFESTS,
-            ("run_view_id", "status", "reviewer", "superseded_by_request"),
+            ("run_view_id", "status", "reviewer", "superseded_by_request", "manifest_json"),
             In("run_view_id", sorted({s["run_view_id"] for s in samples})),
         ):
-            statuses[r["run_view_id"]] = r
+            policy = json.loads(r.pop("manifest_json")).get("policy") or {}
+            statuses[r["run_view_id"]] = {**r, "mixture_policy_version": policy.get("version", "unstamped")}
     for rv_id in sorted({s["run_view_id"] for s in samples}):
         mine = sorted((s for s in samples if s["run_view_id"] == rv_id), key=lambda s: s["sample_index"])
         entry = {
