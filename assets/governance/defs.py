@@ -11,7 +11,15 @@ import pydantic
 
 from assets.governance import policies, proposals
 from assets.governance import propagate as prop
-from assets.governance.requests import KEY_TYPES, DeletionRequest, list_requests, record
+from assets.governance.requests import (
+    KEY_TYPES,
+    DeletionRequest,
+    file_standing_rules,
+    list_requests,
+    policy_version_of,
+    reach,
+    record,
+)
 from assets.plots import paired_bars_markdown
 from assets.raw.defs import REJECTED_RECORDS, WARC_RECORDS
 from assets.shell import md_table
@@ -493,6 +501,47 @@ def applied_mixture_proposals(context: dg.SensorEvaluationContext, catalog: Iceb
     return [dg.RunRequest(run_key=f"{pid}:run_view", tags={"tokenlake/proposal": pid}) for pid in todo]
 
 
+@dg.op
+def enforce_deletion_rules(context: dg.OpExecutionContext, catalog: IcebergCatalogResource) -> list:
+    """File a deletion request for each standing rule of the active deletion policy that reaches rows now (data
+    that arrived after the version was applied); the deletion_requests sensor propagates them."""
+    lakehouse = catalog.lakehouse()
+    policy = policies.active(lakehouse, "deletion")
+    prov = Provenance("governance/deletion_requests", policy.label, context.run_id, POLICY_CODE_VERSION, policy.sha256)
+    filed = file_standing_rules(lakehouse, policy.label, policy.policy.get("rules", []), prov)
+    context.log.info("%s: %d deletion requests filed: %s", policy.label, len(filed), filed)
+    context.add_output_metadata({"policy_version": policy.label, "deletion_requests": dg.MetadataValue.json(filed)})
+    return filed
+
+
+@dg.job(tags={"tokenlake/gate": "governance"}, executor_def=dg.in_process_executor)
+def enforce_deletion_policy():
+    """Enforce the standing rules of the active deletion policy on what is in the lakehouse now."""
+    enforce_deletion_rules()
+
+
+@dg.sensor(
+    name="deletion_policy",
+    job_name="enforce_deletion_policy",
+    minimum_interval_seconds=300,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When a standing rule of the active deletion policy reaches rows again (a new crawl brought the "
+    "data back), files its deletion requests (run key = version + what the rules reach, so once per finding).",
+)
+def deletion_policy(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource):
+    lakehouse = catalog.lakehouse()
+    policy = policies.active(lakehouse, "deletion")
+    rules = policy.policy.get("rules", [])
+    waiting = [r for r in list_requests(lakehouse, status="pending") if policy_version_of(r) == policy.label]
+    if not rules or waiting:
+        return dg.SkipReason(f"{policy.label}: {len(rules)} standing rules, {len(waiting)} requests pending")
+    found = reach(lakehouse, rules)
+    if not found["total_rows"]:
+        return dg.SkipReason(f"{policy.label}: its standing rules reach no row")
+    key = policies.sha256_hex(policies.canonical_json([policy.label, found["rows"], found["doc_ids"]]))[:16]
+    return dg.RunRequest(run_key=f"deletion-policy-{key}", tags={"tokenlake/policy-version": policy.label})
+
+
 class FunnelReportConfig(dg.Config):
     """Where funnel drift is reported from."""
 
@@ -541,8 +590,15 @@ def funnel_drift(context: dg.SensorEvaluationContext, catalog: IcebergCatalogRes
 
 
 policy_defs = dg.Definitions(
-    jobs=[propose_policy, review_proposal, apply_proposal, verify_proposal, file_funnel_report],
-    sensors=[applied_proposals, applied_mixture_proposals, funnel_drift],
+    jobs=[
+        propose_policy,
+        review_proposal,
+        apply_proposal,
+        verify_proposal,
+        file_funnel_report,
+        enforce_deletion_policy,
+    ],
+    sensors=[applied_proposals, applied_mixture_proposals, deletion_policy, funnel_drift],
 )
 
 defs = dg.Definitions.merge(deletion_defs, policy_defs)

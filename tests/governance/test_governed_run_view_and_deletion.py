@@ -147,3 +147,25 @@ def test_a_deletion_policy_deletes_what_its_dry_run_predicted_through_the_deleti
     rebuilt = materialize_candidate(instance, rebuild_of=md["run_view_id"])
     assert candidate_metadata(rebuilt)["policy_version"] == "mixture/0"
     assert stamp(lakehouse, RUN_VIEW_SAMPLES) == "deletion/1,mixture/0"  # the inputs it read were shaped by both
+
+    # a standing rule: the document comes back with a later write; the deletion_policy sensor files it again
+    builders.write_documents(lakehouse, n_docs=12, first=200)
+    sensor = _defs().resolve_sensor_def("deletion_policy")
+    with dg.build_sensor_context(instance=instance, resources={"catalog": _defs().resources["catalog"]}) as ctx:
+        req = sensor(ctx)
+    assert isinstance(req, dg.RunRequest) and req.tags["tokenlake/policy-version"] == "deletion/1"
+    res = _defs().resolve_job_def("enforce_deletion_policy").execute_in_process(instance=instance)
+    filed = res.output_for_node("enforce_deletion_rules")
+    assert len(filed) == 3 and all(load_request(lakehouse, r)["status"] == "pending" for r in filed)
+    for rid in filed:
+        config = {"ops": {"propagate": {"config": {"request_id": rid}}}}
+        assert (
+            _defs()
+            .resolve_job_def("propagate_deletion")
+            .execute_in_process(instance=instance, run_config=config)
+            .success
+        )
+    remaining = set(lakehouse.scan(CURATED_DOCUMENTS, ("doc_id",))["doc_id"].to_pylist())
+    assert not remaining & set(report["doc_ids"]) and len(remaining) == 12 - 2
+    with dg.build_sensor_context(instance=instance, resources={"catalog": _defs().resources["catalog"]}) as ctx:
+        assert isinstance(sensor(ctx), dg.SkipReason)  # nothing reached any more
