@@ -67,6 +67,8 @@ STATE_FORMAT = "tokenlake.loader_state"
 STATE_VERSION = 1
 DEFAULT_PREFETCH = 8  # batches read ahead (40 bytes a token each): covers a block window's decode burst (8 row groups)
 _EPOCHS_CACHED = 2
+# DataLoader workers hand over this many consecutive steps per item (compact: ~2 bytes a token, 260 KB at 8 x 2048)
+WORKER_CHUNK_STEPS = 8
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -337,6 +339,12 @@ def keep_batch(batch: dict[str, Any]) -> dict[str, Any]:
 def _assembled(plan: BatchPlan, batches: Iterator[dict[str, Any]], readers: dict) -> Iterator[dict[str, Any]]:
     try:
         for b in batches:
+            if "chunk" in b:
+                if b.get("reader") is not None:
+                    readers[b["worker"]] = b["reader"]
+                for c in b["chunk"]:
+                    yield plan.assemble(c)
+                continue
             if "stream" not in b:
                 yield b
                 continue
@@ -422,6 +430,7 @@ class RunViewDataset(IterableDataset):
         self._cursor = 0  # next global step (main-process semantics)
         self._worker: dict | None = None  # {"id", "num_workers", "next_step"} inside a DataLoader worker
         self.compact = False  # workers yield BatchPlan.read() results (RunViewLoader assembles them)
+        self.chunk = 1  # with `compact`: a worker hands over this many consecutive steps as one item
         self.readahead = None  # the active loader.storage.Readahead, when the source reads through a cache
 
     def __getstate__(self) -> dict:
@@ -449,10 +458,24 @@ class RunViewDataset(IterableDataset):
             self._cursor = k + 1
             yield k
 
+    def _chunks(self) -> Iterator[list[int]]:
+        """This DataLoader worker's chunks: runs of `chunk` consecutive global steps from the cursor, chunk c
+        going to worker c mod n (the round-robin order the DataLoader collects items in, so the chunks arrive
+        in global order; one item per chunk cuts the per-item cost of the worker queue by `chunk`)."""
+        info = get_worker_info()
+        n, wid = (info.num_workers, info.id) if info is not None else (1, 0)
+        stop = self.stop_step if self.stop_step is not None else 2**62
+        first = self._cursor + wid * self.chunk
+        for a in range(first, stop, n * self.chunk):
+            yield list(range(a, min(a + self.chunk, stop)))
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # RunViewLoader sets `compact` for its DataLoader workers: they read and verify, the main process
         # assembles (pickling 2 bytes per token instead of 40 in five int64 tensors through shared memory)
         compact = self.compact and get_worker_info() is not None
+        if compact and self.chunk > 1:
+            yield from self._iter_chunks()
+            return
         readahead = self._readahead()
         try:
             for k in self._steps():
@@ -468,7 +491,24 @@ class RunViewDataset(IterableDataset):
             if readahead is not None:
                 readahead.close()
 
-    def _readahead(self):
+    def _iter_chunks(self) -> Iterator[dict[str, Any]]:
+        """Inside a DataLoader worker: {"chunk": [compact batches of this worker's next chunk], "reader", "worker"}."""
+        readahead = self._readahead(chunked=True)
+        wid = get_worker_info().id
+        try:
+            for steps in self._chunks():
+                out = []
+                for k in steps:
+                    if readahead is not None:
+                        readahead.advance(k)
+                    out.append(self.plan.read(k, self.rank, self.world_size))
+                self._cursor = steps[-1] + 1
+                yield {"chunk": out, "reader": self.reader_summary(disk=False), "worker": wid}
+        finally:
+            if readahead is not None:
+                readahead.close()
+
+    def _readahead(self, chunked: bool = False):
         """A loader.storage.Readahead over this worker's future steps, when the source reads through a cache."""
         source = self.plan.view.source
         config = source.readahead_config() if hasattr(source, "readahead_config") else None
@@ -483,6 +523,11 @@ class RunViewDataset(IterableDataset):
         stop = self.stop_step
 
         def future():
+            if chunked:
+                for steps in self._chunks():
+                    for k in steps:
+                        yield k, source.keys_of(self.plan.samples_needed(k, self.rank, self.world_size))
+                return
             k = first
             while stop is None or k < stop:
                 yield k, source.keys_of(self.plan.samples_needed(k, self.rank, self.world_size))
@@ -583,6 +628,7 @@ class RunViewLoader:
     def _batches(self) -> Iterator[dict[str, Any]]:
         self.dataset._cursor, self.dataset._worker = self._cursor, None
         self.dataset.compact = self.num_workers > 0
+        self.dataset.chunk = WORKER_CHUNK_STEPS
         if self.num_workers == 0:
             return iter(self.dataset)
         return iter(

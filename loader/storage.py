@@ -38,6 +38,7 @@ from loader.errors import ChecksumMismatch, LoaderError, MissingDocument, Unsupp
 from loader.metrics import percentile
 
 TOKEN_COLUMNS = ("tokens",)  # the checksums of the run view vouch for them; ids and dtypes come from the view
+FOOTER_ENTRY = 2**32  # the node-cache entry of an object's footer (row groups are numbered below it)
 _MAGIC = b"TLRG1"  # cache file: magic, 8-byte offset of the range in the object, then the bytes
 _VERIFY_ERRORS = (ChecksumMismatch, MissingDocument, UnsupportedLayout, pa.ArrowException, OSError, ValueError)
 
@@ -127,7 +128,7 @@ class NodeCache:
 
     def path(self, obj: str, row_group: int) -> Path:
         name = hashlib.sha256(f"{obj}\0{row_group}".encode()).hexdigest()[:40]
-        return self.dir / name[:2] / f"{name}.rg"
+        return self.dir / name[:2] / (f"{name}.ft" if row_group == FOOTER_ENTRY else f"{name}.rg")
 
     def get(self, obj: str, row_group: int) -> tuple[int, bytes] | None:
         """(offset, bytes) of a cached row group, or None; a malformed file counts as absent (and is removed)."""
@@ -169,7 +170,7 @@ class NodeCache:
 
     def _scan(self) -> list[tuple[float, int, Path]]:
         out = []
-        for p in self.dir.glob("*/*.rg"):
+        for p in [*self.dir.glob("*/*.rg"), *self.dir.glob("*/*.ft")]:
             with _suppress_os():
                 st = p.stat()
                 out.append((st.st_atime if st.st_atime > st.st_mtime else st.st_mtime, st.st_size, p))
@@ -304,17 +305,34 @@ class RowGroupReader:
         return self._retry(path, f"read {n} bytes at {offset}", op)
 
     def footer(self, path: str) -> tuple[pq.FileMetaData, int]:
-        """(Parquet footer, object size), read once per process per object."""
+        """(Parquet footer, object size), read once per process per object; for a cached object also kept in the
+        node cache (with its sha256), so a warm node reads no footer from the store either."""
         got = self._footers.get(path)
         if got is not None:
             return got
-        size = self._retry(path, "read the size", lambda f: f.size())
-        tail = self._read_at(path, size - 8, 8)
-        (length,) = struct.unpack("<I", tail[:4])
-        raw = self._read_at(path, size - 8 - length, length + 8)
-        md = pq.read_metadata(pa.BufferReader(raw))
+        md = size = None
+        cached = self.cache.get(path, FOOTER_ENTRY) if self._caches(path) else None
+        if cached is not None:
+            size, blob = cached
+            digest, raw = blob[:32], blob[32:]
+            try:
+                if hashlib.sha256(raw).digest() != digest:
+                    raise ValueError("cached footer does not match its digest")
+                md = pq.read_metadata(pa.BufferReader(raw))
+            except (ValueError, OSError, pa.ArrowException):
+                self.cache.remove(self.cache.path(path, FOOTER_ENTRY))
+                md = None
+        if md is None:
+            size = self._retry(path, "read the size", lambda f: f.size())
+            tail = self._read_at(path, size - 8, 8)
+            (length,) = struct.unpack("<I", tail[:4])
+            raw = self._read_at(path, size - 8 - length, length + 8)
+            md = pq.read_metadata(pa.BufferReader(raw))
+            with self._lock:
+                self.stats["footer_reads"] += 1
+            if self._caches(path):
+                self.cache.put(path, FOOTER_ENTRY, size, hashlib.sha256(raw).digest() + raw)
         with self._lock:
-            self.stats["footer_reads"] += 1
             self._footers[path] = (md, size)
         return md, size
 
@@ -396,6 +414,8 @@ class RowGroupReader:
                     out = verify(self.decode(path, row_group, *hit), where + " (node cache)")
                     with self._lock:
                         self.stats["cache_hits"] += 1
+                    if hasattr(out, "from_cache"):
+                        out.from_cache = True  # its documents are checked as read: one that fails is refetched
                     return out
                 except _VERIFY_ERRORS:
                     self.cache.remove(self.cache.path(path, row_group))
@@ -409,9 +429,27 @@ class RowGroupReader:
             self.cache.put(path, row_group, offset, data)
         return out
 
+    def refetch(self, path: str, row_group: int, verify: Callable[[pa.Table, str], Any]) -> Any:
+        """A row group served from the node cache turned out corrupt (a document failed its checksum): drop the
+        cached copy, count it as a corrupt re-fetch (a miss, not a hit), fetch it from the store again."""
+        if self.cache is not None:
+            self.cache.remove(self.cache.path(path, row_group))
+        with self._lock:
+            self.stats["corrupt_refetched"] += 1
+            self.stats["cache_hits"] -= 1
+            self.stats["cache_misses"] += 1
+        offset, data = self.fetch(path, row_group)
+        out = verify(self.decode(path, row_group, offset, data), f"row group {row_group} of {path}")
+        if self._caches(path):
+            self.cache.put(path, row_group, offset, data)
+        return out
+
     def prefetch(self, path: str, row_group: int) -> int:
         """Bring a row group into the node cache without decoding it; returns the bytes fetched (0: cached)."""
-        if not self._caches(path) or self.cache.path(path, row_group).exists():
+        if not self._caches(path):
+            return 0
+        self.footer(path)  # a warm cache still needs the footer to decode: read it here, not on the hot path
+        if self.cache.path(path, row_group).exists():
             return 0
         offset, data = self.fetch(path, row_group)
         self.cache.put(path, row_group, offset, data)

@@ -119,56 +119,71 @@ _READER_LOCK = threading.Lock()
 
 @dataclass
 class RowGroup:
-    """One decoded, verified row group: its tokens back to back and where each row starts (n_rows + 1 entries)."""
+    """One decoded row group: its tokens back to back, where each row starts (n_rows + 1 entries, in tokens), the
+    raw bytes the checksums are over with each row's byte start, and which rows are verified so far."""
 
     tokens: np.ndarray
     row_starts: np.ndarray
+    data: memoryview
+    byte_starts: np.ndarray
+    verified: np.ndarray  # bool per row: checksummed once, when a batch first reads it
+    where: str = ""
+    from_cache: bool = False  # decoded from the node-local cache (a copy that fails is fetched again)
 
     @property
     def nbytes(self) -> int:
-        return int(self.tokens.nbytes + self.row_starts.nbytes)
+        return int(self.tokens.nbytes + self.row_starts.nbytes + self.byte_starts.nbytes)
 
 
-def decode_row_group(
-    table: pa.Table,
-    rows: np.ndarray,
-    expected_sha256: np.ndarray,
-    dtype: np.dtype,
-    where: str,
-    name_document=None,
-) -> RowGroup:
-    """Check a row group's `tokens` column and expose its tokens without copying them.
-
-    `rows[i]` is where the view expects a document whose tokens hash to `expected_sha256[i]` (32 raw bytes,
-    numpy "S32"); every such row is checksummed once here, so a batch assembled from the result needs no
-    further check. On a mismatch, `name_document(i)` gives the document's id for the error; `where` names
-    the run view, object and row group."""
-    col = table.column("tokens").combine_chunks()
-    offsets_buf, data_buf = col.buffers()[1], col.buffers()[2]
-    width = 8 if pa.types.is_large_binary(col.type) else 4
-    offsets = np.frombuffer(offsets_buf, dtype=f"<i{width}", count=len(col) + 1, offset=col.offset * width)
+def decode_row_group(table: pa.Table, dtype: np.dtype, where: str) -> RowGroup:
+    """Expose a row group's `tokens` column without copying it; nothing is verified yet (`verify_rows`)."""
+    col = table.column("tokens")
+    arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
+    width = 8 if pa.types.is_large_binary(arr.type) else 4
+    offsets = np.frombuffer(offsets_buf, dtype=f"<i{width}", count=len(arr) + 1, offset=arr.offset * width)
     offsets = offsets.astype(np.int64)
-    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
-    if len(rows) and int(rows.max()) >= len(col):
-        raise MissingDocument(f"{where} has {len(col)} rows, the view expects a document at row {int(rows.max())}")
-    sha = hashlib.sha256
-    digests = b"".join([sha(data[a:b]).digest() for a, b in zip(offsets[rows].tolist(), offsets[rows + 1].tolist())])
-    if digests != expected_sha256.tobytes():
+    base = int(offsets[0])
+    size = int(offsets[-1]) - base
+    rel = offsets - base
+    if size % dtype.itemsize or np.any(rel % dtype.itemsize):
+        raise UnsupportedLayout(f"{where}: a token array is not a whole number of {dtype} tokens")
+    data = memoryview(data_buf)[base : base + size] if data_buf is not None else memoryview(b"")
+    tokens = np.frombuffer(data, dtype=np.uint8, count=size).view(dtype) if size else np.zeros(0, dtype)
+    return RowGroup(tokens, rel // dtype.itemsize, data, rel, np.zeros(len(arr), bool), where)
+
+
+def verify_rows(entry: RowGroup, rows: np.ndarray, expected_sha256: np.ndarray, name_document=None) -> None:
+    """Checksum the rows of `entry` a batch reads that no earlier batch has: `rows[i]` must hash to
+    `expected_sha256[i]` (32 raw bytes, numpy "S32"). One sha256 per document, once per decoded copy; on a
+    mismatch `name_document(i)` names the document; ChecksumMismatch names the run view, object and row group."""
+    rows = np.asarray(rows, np.int64)
+    if len(rows) and int(rows.max()) >= len(entry.verified):
+        raise MissingDocument(
+            f"{entry.where} has {len(entry.verified)} rows, the view expects a document at row {int(rows.max())}"
+        )
+    todo = np.flatnonzero(~entry.verified[rows])
+    if not len(todo):
+        return
+    todo_rows, first = np.unique(rows[todo], return_index=True)
+    at = todo[first]  # positions in `rows` of the documents checked now
+    data, sha, starts = entry.data, hashlib.sha256, entry.byte_starts
+    digests = b"".join(
+        [sha(data[a:b]).digest() for a, b in zip(starts[todo_rows].tolist(), starts[todo_rows + 1].tolist())]
+    )
+    want = np.asarray(expected_sha256)[at]
+    if digests != want.tobytes():
         got = np.frombuffer(digests, dtype="S32")
-        i = int(np.flatnonzero(got != expected_sha256)[0])
+        j = int(np.flatnonzero(got != want)[0])
+        i = int(at[j])
         doc = name_document(i) if name_document is not None else f"at row {int(rows[i])}"
         raise ChecksumMismatch(
-            f"{where}: document {doc} (row {int(rows[i])}) tokens hash to {got[i].hex()}, the run view records "
-            f"{expected_sha256[i].hex()}; the token object was altered or corrupted: rebuild the tokenized "
+            f"{entry.where}: document {doc} (row {int(rows[i])}) tokens hash to {got[j].hex()}, the run view "
+            f"records {want[j].hex()}; the token object was altered or corrupted: rebuild the tokenized "
             f"partition and the run view",
             doc,
         )
-    base = int(offsets[0])
-    size = int(offsets[-1]) - base
-    if size % dtype.itemsize or np.any((offsets - base) % dtype.itemsize):
-        raise UnsupportedLayout(f"{where}: a token array is not a whole number of {dtype} tokens")
-    tokens = np.frombuffer(data, dtype=np.uint8, count=size, offset=base).view(dtype) if size else np.zeros(0, dtype)
-    return RowGroup(tokens, (offsets - base) // dtype.itemsize)
+    entry.verified[todo_rows] = True
 
 
 @dataclass
@@ -191,7 +206,6 @@ class RowGroupSource:
     _pid: int = field(default=-1, repr=False, init=False)
     _cache: OrderedDict = field(default_factory=OrderedDict, repr=False, init=False)
     _reader: object = field(default=None, repr=False, init=False)
-    _by_group: tuple | None = field(default=None, repr=False, init=False)
     _arena: tuple | None = field(default=None, repr=False, init=False)
 
     token_dtype: str = "uint16"
@@ -227,38 +241,52 @@ class RowGroupSource:
                     self._pid = os.getpid()
         return self._reader
 
-    def _samples_of(self, key: int) -> np.ndarray:
-        if self._by_group is None:
-            order = np.argsort(self.key, kind="stable")
-            self._by_group = (order, self.key[order])
-        order, sorted_keys = self._by_group
-        a, b = np.searchsorted(sorted_keys, [key, key + 1])
-        return order[a:b]
-
     def row_group_entry(self, key: int) -> RowGroup:
-        """The decoded, verified row group `key` (file index << 32 | row group), from memory or read now."""
+        """The decoded row group `key` (file index << 32 | row group), from memory or read now; its documents are
+        verified as batches read them (`check`)."""
         reader = self.reader
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
         fi, rg = int(key >> 32), int(key & 0xFFFFFFFF)
-        samples = self._samples_of(key)
-        rows, expected = self.row[samples], self.sha_bytes[samples]
         view = f"run view {self.run_view_id}, " if self.run_view_id else ""
         t0 = time.perf_counter()
         entry = reader.read_verified(
-            self.files[fi],
-            rg,
-            lambda table, where: decode_row_group(
-                table, rows, expected, self.dtype, view + where, lambda i: self.doc_ids[int(samples[i])]
-            ),
+            self.files[fi], rg, lambda table, where: decode_row_group(table, self.dtype, view + where)
         )
         if callable(self.on_read):
             self.on_read(time.perf_counter() - t0)
+        self._remember(key, entry)
+        return entry
+
+    def _remember(self, key: int, entry: RowGroup) -> None:
         self._cache[key] = entry
         while len(self._cache) > self.max_cached:
             self._cache.popitem(last=False)
-        return entry
+
+    def check(self, samples: np.ndarray) -> None:
+        """Verify every document `samples` read that this process has not verified yet (sha256 against the
+        view's tokens_sha256). A copy from the node-local cache that fails is dropped, fetched again from the
+        store and counted (never served); a fetched copy that fails raises ChecksumMismatch."""
+        keys = self.key[samples]
+        uniq = np.unique(keys)
+        for k in uniq.tolist():
+            s = samples[keys == k] if len(uniq) > 1 else samples
+            entry = self.row_group_entry(k)
+            name = lambda i, s=s: self.doc_ids[int(s[i])]  # noqa: E731
+            try:
+                verify_rows(entry, self.row[s], self.sha_bytes[s], name)
+            except (ChecksumMismatch, MissingDocument):
+                if not entry.from_cache:
+                    raise
+                fi, rg = int(k >> 32), int(k & 0xFFFFFFFF)
+                where = entry.where.removesuffix(" (node cache)")
+                entry = self.reader.refetch(
+                    self.files[fi], rg, lambda table, _, w=where: decode_row_group(table, self.dtype, w)
+                )
+                self._remember(k, entry)
+                self._arena = None  # it may hold the bad copy's tokens
+                verify_rows(entry, self.row[s], self.sha_bytes[s], name)
 
     def readahead_config(self) -> tuple[int, int] | None:
         """(bytes, threads) for a `loader.storage.Readahead` when row groups go through a node cache, else None."""
@@ -280,6 +308,7 @@ class RowGroupSource:
         return self.reader.prefetch(self.files[int(key >> 32)], int(key & 0xFFFFFFFF))
 
     def _entries(self, samples: np.ndarray) -> tuple[list[RowGroup], np.ndarray, np.ndarray]:
+        self.check(samples)
         keys, inverse = np.unique(self.key[samples], return_inverse=True)
         inverse = inverse.reshape(-1)
         entries = [self.row_group_entry(int(k)) for k in keys.tolist()]
@@ -293,22 +322,86 @@ class RowGroupSource:
     def locate(self, samples: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """([one token buffer], zeros, start of each sample's tokens in it): the row groups a batch needs,
         back to back in one arena, rebuilt only when a batch needs a row group it lacks (about twice per block
-        window), so the batch's tokens come out of ONE fancy-index copy."""
+        window), so the batch's tokens come out of ONE fancy-index copy. Every document is checksummed the
+        first time a batch reads it from this copy (one sha256 per document, in one pass per batch)."""
         samples = np.asarray(samples, np.int64)
         need = self.key[samples]
+        for _ in range(2):  # again after a corrupt node-cache copy was fetched anew
+            arena, pos = self._arena_for(samples, need)
+            keys, tokens, starts, ends, row_base, verified, _ = arena
+            at = row_base[pos] + self.row[samples]
+            if self._verify_arena(arena, samples, at):
+                return [tokens], np.zeros(len(samples), np.int64), starts[at]
+        raise AssertionError("unreachable: a re-fetched row group either verifies or raises")
+
+    def _arena_for(self, samples: np.ndarray, need: np.ndarray) -> tuple[tuple, np.ndarray]:
+        """(the arena holding every row group `need` names, building it if this one lacks one; where each
+        sample's row group lies among the arena's keys)."""
         arena = self._arena if self._pid == os.getpid() else None
-        if arena is None or not np.isin(need, arena[0]).all():
-            keys = np.unique(need)
-            entries = [self.row_group_entry(int(k)) for k in keys.tolist()]
-            sizes = np.array([len(e.tokens) for e in entries], np.int64)
-            bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-            starts = np.concatenate([e.row_starts[:-1] + b for e, b in zip(entries, bases, strict=True)])
-            row_base = np.concatenate(([0], np.cumsum([len(e.row_starts) - 1 for e in entries])[:-1]))
-            tokens = np.concatenate([e.tokens for e in entries]) if entries else np.zeros(0, self.dtype)
-            arena = self._arena = (keys, tokens, starts, row_base.astype(np.int64))
-        keys, tokens, starts, row_base = arena
-        at = np.searchsorted(keys, need)
-        return [tokens], np.zeros(len(samples), np.int64), starts[row_base[at] + self.row[samples]]
+        if arena is not None:
+            keys = arena[0]
+            pos = np.searchsorted(keys, need)
+            if len(keys) and (pos < len(keys)).all() and (keys[pos] == need).all():
+                return arena, pos
+        if arena is not None:  # keep what the old arena verified with its row groups
+            for e, base in zip(arena[6], arena[4].tolist(), strict=True):
+                e.verified |= arena[5][base : base + len(e.verified)]
+        keys = np.unique(need)
+        entries = [self.row_group_entry(int(k)) for k in keys.tolist()]
+        n_rows = np.array([len(e.verified) for e in entries], np.int64)
+        rows = self.row[samples]
+        have = n_rows[np.searchsorted(keys, need)]
+        if np.any(rows >= have):
+            i = int(np.flatnonzero(rows >= have)[0])
+            e = entries[int(np.searchsorted(keys, need[i]))]
+            raise MissingDocument(f"{e.where} has {len(e.verified)} rows, the view expects a document at row {rows[i]}")
+        sizes = np.array([len(e.tokens) for e in entries], np.int64)
+        bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        starts = np.concatenate([e.row_starts[:-1] + b for e, b in zip(entries, bases, strict=True)])
+        ends = np.concatenate([e.row_starts[1:] + b for e, b in zip(entries, bases, strict=True)])
+        row_base = np.concatenate(([0], np.cumsum(n_rows)[:-1])).astype(np.int64)
+        tokens = np.concatenate([e.tokens for e in entries]) if entries else np.zeros(0, self.dtype)
+        verified = np.concatenate([e.verified for e in entries])
+        self._arena = (keys, tokens, starts, ends, row_base, verified, entries)
+        return self._arena, np.searchsorted(keys, need)
+
+    def _verify_arena(self, arena: tuple, samples: np.ndarray, at: np.ndarray) -> bool:
+        """Checksum the arena rows `at` not verified yet; False when a node-cache copy failed and was fetched
+        again (the arena is dropped: build it anew), ChecksumMismatch when a fetched copy fails."""
+        keys, tokens, starts, ends, row_base, verified, entries = arena
+        todo = np.flatnonzero(~verified[at])
+        if not len(todo):
+            return True
+        rows, first = np.unique(at[todo], return_index=True)
+        size = tokens.itemsize
+        data, sha = memoryview(tokens).cast("B"), hashlib.sha256
+        lo, hi = (starts[rows] * size).tolist(), (ends[rows] * size).tolist()
+        digests = b"".join([sha(data[a:b]).digest() for a, b in zip(lo, hi)])
+        want = self.sha_bytes[samples[todo[first]]]
+        if digests == want.tobytes():
+            verified[rows] = True
+            return True
+        got = np.frombuffer(digests, dtype="S32")
+        j = int(np.flatnonzero(got != want)[0])
+        e = int(np.searchsorted(row_base, rows[j], side="right")) - 1
+        entry, key = entries[e], int(keys[e])
+        if entry.from_cache:
+            fi, rg = int(key >> 32), int(key & 0xFFFFFFFF)
+            where = entry.where.removesuffix(" (node cache)")
+            fresh = self.reader.refetch(
+                self.files[fi], rg, lambda table, _, w=where: decode_row_group(table, self.dtype, w)
+            )
+            self._remember(key, fresh)
+            self._arena = None
+            return False
+        doc = self.doc_ids[int(samples[todo[first[j]]])]
+        row = int(rows[j] - row_base[e])
+        raise ChecksumMismatch(
+            f"{entry.where}: document {doc} (row {row}) tokens hash to {got[j].hex()}, the run view records "
+            f"{want[j].hex()}; the token object was altered or corrupted: rebuild the tokenized partition and "
+            f"the run view",
+            doc,
+        )
 
     def read(self, sample_indices: Iterable[int]) -> dict[int, np.ndarray]:
         samples = np.array(sorted(set(int(i) for i in sample_indices)), dtype=np.int64)

@@ -55,3 +55,20 @@ def test_backoff_is_jittered_and_capped():
     waits = [backoff_seconds(a, 0.05, 1.0, rng) for a in range(1, 12) for _ in range(20)]
     assert all(0 <= w <= 1.0 for w in waits) and len(set(waits)) > 100
     assert max(backoff_seconds(1, 0.05, 1.0, rng) for _ in range(200)) <= 0.1
+
+
+def test_a_warm_cache_reads_nothing_from_the_store_and_a_bad_cached_footer_is_read_again(tmp_path):
+    ref = run(loader.RunViewLoader(views.view(), GLOBAL_BATCH), 7)
+    run(cached_loader(tmp_path), 7)  # fills the cache: row groups and each object's footer
+    footers = sorted(tmp_path.glob("*/*.ft"))
+    assert footers
+    warm = cached_loader(tmp_path)
+    assert all(same_batch(x, y) for x, y in zip(run(warm, 7), ref, strict=True))
+    m = warm.metrics()
+    assert m["fetches"] == 0 and m["footer_reads"] == 0 and m["cache_hit_rate"] == 1.0, m
+    raw = bytearray(footers[0].read_bytes())
+    raw[-5] ^= 0x01  # no longer matches the digest stored with it
+    footers[0].write_bytes(bytes(raw))
+    again = cached_loader(tmp_path)
+    assert all(same_batch(x, y) for x, y in zip(run(again, 7), ref, strict=True))
+    assert again.metrics()["footer_reads"] == 1
