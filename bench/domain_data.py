@@ -37,8 +37,9 @@ PYDOCS = ROOT.parent / "shared" / "data" / "corpus" / "python3.11-doc_3.11.2-6+d
 EVAL_WIKI_EVERY = 5  # every 5th article of data/corpus (by position) is held out for evaluation
 EVAL_PYDOCS = 15  # Python documentation pages held out for evaluation (the first by sha256 of their path)
 TRAIN_PYDOCS = 160
-# archive.org pages of the sample crawl (the only forum site with many pages): those whose sha256(url) starts
-# with 0-7 are training documents (hand labels from eval_labels.tsv), the others stay held out
+# archive.org pages of the sample crawl (the only forum site with many pages): those whose sha256(text_key(text))
+# starts with 0-7 are training documents (hand labels from eval_labels.tsv), the others stay held out (pages with
+# the same text land on the same side)
 ARCHIVE_HOST = "www.archive.org"
 WIKI_CHUNKS = 2  # training passages per Wikipedia article
 
@@ -138,7 +139,7 @@ def main() -> int:
         if key not in labelled or key in seen:
             continue
         seen.add(key)
-        if host(r["url"]) == ARCHIVE_HOST and hashlib.sha256(r["url"].encode()).hexdigest()[0] in "01234567":
+        if host(r["url"]) == ARCHIVE_HOST and hashlib.sha256(text_key(text).encode()).hexdigest()[0] in "01234567":
             train.append(
                 {"source": r["source"], "url": r["url"], "label": labelled[key], "label_source": "hand", "text": text}
             )

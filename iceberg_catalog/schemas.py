@@ -215,6 +215,10 @@ CURATED_DOCUMENTS = TableDef(
         # the language whose rules judged the document: en (English Gopher/C4/FineWeb), a FineWeb-2 language,
         # or `default` (assets/curated/language_rules.py); null when there is no text
         (80, "quality_rules", StringType(), False),
+        # the domain/topic classifier (assets/curated/domain.py): code | commerce | encyclopedic | forum/qa | news |
+        # other | unknown (top probability under the model's threshold), and that top probability; null without text
+        (81, "domain_class", StringType(), False),
+        (82, "domain_confidence", DoubleType(), False),
     ),
     partition_by=("crawl", "segment"),
 )

@@ -1,4 +1,5 @@
-"""Curated: the reference LM, language-ID validation, curated documents, exact duplicates, and their jobs.
+"""Curated: the reference LM, language-ID validation, the domain classifier and its validation, curated documents,
+exact duplicates, and their jobs.
 
 No `from __future__ import annotations` in defs modules: Dagster reads config and resource types from the
 runtime annotations."""
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.curated import curate, models
+from assets.curated import curate, domain, models
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import CurateParams
 from assets.governance.policies import governed_params, policy_stamp
@@ -31,10 +32,14 @@ REFERENCE_LM = dg.AssetKey(["curated", "reference_lm"])
 LANGID_VALIDATION = dg.AssetKey(["curated", "langid_validation"])
 DOCUMENTS = dg.AssetKey(["curated", "documents"])
 EXACT_DUPLICATES = dg.AssetKey(["curated", "exact_duplicates"])
+DOMAIN_MODEL = dg.AssetKey(["curated", "domain_model"])
+DOMAIN_VALIDATION = dg.AssetKey(["curated", "domain_validation"])
 
 ReferenceLMConfig = config_from(models.ReferenceLMParams, "ReferenceLMConfig")
 LangidValidationConfig = config_from(models.LangidValidationParams, "LangidValidationConfig")
 CurateConfig = config_from(CurateParams, "CurateConfig")
+DomainModelConfig = config_from(domain.DomainModelParams, "DomainModelConfig")
+DomainValidationConfig = config_from(domain.DomainValidationParams, "DomainValidationConfig")
 
 
 # ---- the reference language model ------------------------------------------------------------------------
@@ -135,6 +140,123 @@ def langid_precision_check(catalog: IcebergCatalogResource) -> dg.AssetCheckResu
     )
 
 
+# ---- the domain/topic classifier and its validation ----------------------------------------------------------
+
+
+@dg.asset(key=DOMAIN_MODEL, group_name="curated", code_version="domain-model-1", kinds={"numpy"})
+def domain_model(context: dg.AssetExecutionContext, config: DomainModelConfig) -> dg.MaterializeResult:
+    """Logistic regression over wordllama embeddings (text and URL words) that labels every curated document
+    code / commerce / encyclopedic / forum/qa / news / other, or unknown under its confidence threshold; trained
+    on data/domain/train.jsonl.gz (data/domain/README.md). Its sha256 is in curated.documents' provenance."""
+    params = params_from(domain.DomainModelParams, config)
+    t0 = time.perf_counter()
+    model = domain.train(params)
+    out = domain.domain_model_path()
+    digest = domain.write_model(model, out)
+    seconds = time.perf_counter() - t0
+    info = model.info
+    context.log.info(
+        "trained %s on %d documents in %.1fs, threshold %.2f", out, info["train_documents"], seconds, model.threshold
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(out)),
+            "model_sha256": digest,
+            "embedding_model": domain.EMBEDDING_MODEL,
+            "confidence_threshold": model.threshold,
+            "train_documents": info["train_documents"],
+            "train_per_class": md_table(["class", "documents"], list(info["train_per_class"].items())),
+            "oof_accuracy": info["oof_accuracy"],
+            "oof_confident_accuracy": info["oof_confident_accuracy"],
+            "oof_unknown_share": info["oof_unknown_share"],
+            "seconds": round(seconds, 2),
+        },
+        data_version=dg.DataVersion(digest),
+    )
+
+
+@dg.asset(
+    key=DOMAIN_VALIDATION,
+    deps=[DOMAIN_MODEL],
+    group_name="curated",
+    code_version="domain-validation-1",
+    kinds={"numpy"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            "domain_precision",
+            asset=DOMAIN_VALIDATION,
+            description="Warns when a class's held-out precision is under min_precision (default 0.7).",
+        )
+    ],
+)
+def domain_validation(context: dg.AssetExecutionContext, config: DomainValidationConfig) -> dg.MaterializeResult:
+    """Per-class precision/recall, support and the unknown slice of the domain classifier on the held-out,
+    hand-labelled data/domain/eval.jsonl (labelling guide: data/domain/LABELLING.md)."""
+    params = params_from(domain.DomainValidationParams, config)
+    model = domain.load_model()
+    held_out = domain.read_jsonl(params.eval_path)
+    rows, preds = domain.validate(model, held_out)
+    disjoint = [r for r in held_out if not r.get("host_in_training")]
+    disjoint_rows, _ = domain.validate(model, disjoint)
+    weak = {c: round(p, 3) for c, p in domain.weak_classes(rows, params.min_precision).items()}
+    context.log.info("domain classifier on %d held-out documents: %s", len(held_out), rows[-1])
+    return dg.MaterializeResult(
+        metadata=domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, params, weak),
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="domain_precision",
+                passed=not weak,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={f"classes_under_{params.min_precision}": dg.MetadataValue.json(weak)},
+            )
+        ],
+    )
+
+
+def _pr_table(rows: list[dict]) -> dg.MetadataValue:
+    return md_table(
+        ["class", "support", "predicted", "correct", "precision", "recall", "f1", "unknown"],
+        [
+            (
+                r["label"],
+                r["support"],
+                r["predicted"],
+                r["correct"],
+                f"{r['precision']:.3f}",
+                f"{r['recall']:.3f}",
+                f"{r['f1']:.3f}",
+                r["unknown"],
+            )
+            for r in rows
+        ],
+    )
+
+
+def domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, params, weak) -> dict:
+    """The per-class table (all held-out documents, and those whose host has no training page), the unknown
+    slice and the confusion matrix."""
+    gold = [r["label"] for r in held_out]
+    labels = [*domain.CLASSES, domain.UNKNOWN]
+    confusion = [
+        (g, *(sum(1 for x, (p, _) in zip(gold, preds) if x == g and p == c) for c in labels)) for g in domain.CLASSES
+    ]
+    total = rows[-1]
+    return {
+        "dagster/row_count": len(held_out),
+        "model_sha256": model.digest,
+        "confidence_threshold": model.threshold,
+        "accuracy_confident": round(total["precision"], 4),
+        "accuracy_all": round(total["recall"], 4),
+        "unknown_documents": total["unknown"],
+        "unknown_share": round(total["unknown"] / max(len(held_out), 1), 4),
+        "classes_under_min_precision": ", ".join(sorted(weak)) or "none",
+        "per_class": _pr_table(rows),
+        "per_class_hosts_not_in_training": _pr_table(disjoint_rows),
+        "confusion (gold rows, predicted columns)": md_table(["gold", *labels], confusion),
+        "eval_sha256": hashlib.sha256(Path(params.eval_path).read_bytes()).hexdigest(),
+    }
+
+
 # ---- curated documents -------------------------------------------------------------------------------------
 
 
@@ -144,7 +266,7 @@ def langid_precision_check(catalog: IcebergCatalogResource) -> dg.AssetCheckResu
         "iceberg_table": CURATED_DOCUMENTS.identifier,
         **erasure((CURATED_DOCUMENTS, ["doc_id", "record_id", "deletion_key"])),
     },
-    deps=[WARC_RECORDS, REFERENCE_LM],
+    deps=[WARC_RECORDS, REFERENCE_LM, DOMAIN_MODEL],
     partitions_def=crawl_segments,
     group_name="curated",
     code_version="curated-1",
@@ -176,7 +298,7 @@ def curated_documents(
     staged = run_tasks(context, tasks_executor, curate.run_task, tasks)
     bucket_tasks = curate.bucket_plan(lakehouse, ref.crawl, ref.segment, staged, curate.cutoffs(staged, params), run)
     results = run_tasks(context, tasks_executor, curate.run_bucket_task, bucket_tasks)
-    hashed = {**params.hashed(), "lm_path": Path(lm_path).name}
+    hashed = {**params.hashed(), "lm_path": Path(lm_path).name, "domain_model": domain.load_model().digest}
     prov = provenance(context, DOCUMENTS, hashed, upstream, policy)
     commit = curate.commit(lakehouse, ref.crawl, ref.segment, staged, results, prov)
     stats = curate.PartitionStats.of(staged)
@@ -264,8 +386,9 @@ def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogR
 
 curate_models_job = dg.define_asset_job(
     "curate_models",
-    selection=dg.AssetSelection.assets(REFERENCE_LM, LANGID_VALIDATION),
-    description="Build the reference KenLM model and validate language ID (needed once before curation).",
+    selection=dg.AssetSelection.assets(REFERENCE_LM, LANGID_VALIDATION, DOMAIN_MODEL, DOMAIN_VALIDATION),
+    description="Build the reference KenLM model and the domain classifier, validate language ID and domain labels "
+    "(needed once before curation).",
 )
 
 curate_job = dg.define_asset_job(
@@ -282,7 +405,14 @@ exact_dedup_job = dg.define_asset_job(
 
 
 defs = dg.Definitions(
-    assets=[reference_lm, langid_validation_asset, curated_documents, exact_duplicates],
+    assets=[
+        reference_lm,
+        langid_validation_asset,
+        domain_model,
+        domain_validation,
+        curated_documents,
+        exact_duplicates,
+    ],
     asset_checks=[langid_precision_check],
     jobs=[curate_models_job, curate_job, exact_dedup_job],
 )

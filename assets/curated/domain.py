@@ -36,6 +36,14 @@ EVAL_PATH = DOMAIN_DATA / "eval.jsonl"
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _CODE_CHARS = re.compile(r"[{}();=<>\[\]_#$\\]")
+_URL_HINTS = (  # URL words that hint at a class: learned weights, not rules
+    re.compile(r"forum|thread|topic|post|board|faq|question|community|review|comment"),
+    re.compile(r"shop|product|produkt|cart|store|kaufen|deal|price|preis|angebot|buy"),
+    re.compile(r"news|article|artikel|story|nachricht|presse|press|\d{4}/\d{2}"),
+    re.compile(r"wiki|lexikon|encyclop|dictionary|glossar"),
+    re.compile(r"docs?|api|github|code|python|dev|tutorial|reference"),
+)
+_FORUM_LINE = re.compile(r"^(re:|poster:|posted by|reply|antworten|zitat|quote)|\| (poster|replies) \|", re.I | re.M)
 _PRICE = re.compile(r"(€|\$|£|¥|EUR|USD)\s?\d|\d[\d.,]*\s?(€|EUR|USD|\$)")
 
 
@@ -49,7 +57,7 @@ class DomainModelParams:
     learning_rate: float = knob(0.1, "gradient step size (Nesterov momentum 0.9)")
     folds: int = knob(5, "folds of the out-of-fold predictions the confidence threshold is chosen on")
     target_accuracy: float = knob(
-        0.85,
+        0.9,
         "the confidence threshold is the smallest whose confident out-of-fold predictions on the training "
         "side are at least this accurate (below it: `unknown`)",
     )
@@ -85,13 +93,17 @@ def url_words(url: str | None) -> str:
     return " ".join(_WORD.findall(unquote(f"{host} {parts.path} {parts.query}").lower()))
 
 
-def cheap_features(text: str) -> list[float]:
-    """Six numbers that embeddings miss: code punctuation share, table-cell share, digit share, price mentions,
-    question marks per line, log length."""
+def cheap_features(text: str, url: str | None = None) -> list[float]:
+    """Numbers that embeddings miss: code punctuation share, table-cell share, digit share, price mentions,
+    question marks per line, forum-style lines, log length, and one 0/1 flag per URL hint (forum, shop, news,
+    wiki, code words)."""
     t = text[:MAX_CHARS]
     n = max(len(t), 1)
     lines = max(t.count("\n") + 1, 1)
+    u = (url or "").lower()
     return [
+        *(float(bool(h.search(u))) for h in _URL_HINTS),
+        len(_FORUM_LINE.findall(t)) / lines,
         len(_CODE_CHARS.findall(t)) / n,
         t.count("|") / n,
         sum(c.isdigit() for c in t) / n,
@@ -109,7 +121,7 @@ def raw_features(texts: Sequence[str], urls: Sequence[str | None]) -> np.ndarray
         [
             embed(heads).astype(np.float64),
             embed(words).astype(np.float64),
-            np.asarray([cheap_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1),
+            np.asarray([cheap_features(t, u) for t, u in zip(texts, urls)], dtype=np.float64).reshape(len(texts), -1),
         ]
     )
 
@@ -123,27 +135,32 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b by einsum's own loop (no BLAS): the same bits whatever the machine's thread count, so a model
+    trained in a Ray worker equals the one the asset wrote."""
+    return np.einsum("nd,dk->nk", a, b)
+
+
 def fit_softmax(
     x: np.ndarray, y: np.ndarray, n_classes: int, l2: float, iterations: int, learning_rate: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multinomial logistic regression, class-balanced (each class weighs the same in total), by full-batch
-    Nesterov-accelerated gradient descent from zeros in float32: deterministic for the same inputs."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    Nesterov-accelerated gradient descent (momentum 0.9) from zeros: deterministic for the same inputs."""
     n, d = x.shape
-    counts = np.bincount(y, minlength=n_classes).astype(np.float32)
-    weights = ((n / (n_classes * np.maximum(counts, 1.0)))[y] / n).astype(np.float32)[:, None]
-    onehot = np.eye(n_classes, dtype=np.float32)[y]
-    w, b = np.zeros((d, n_classes), np.float32), np.zeros(n_classes, np.float32)
+    xt = np.ascontiguousarray(x.T)
+    counts = np.bincount(y, minlength=n_classes).astype(np.float64)
+    weights = ((n / (n_classes * np.maximum(counts, 1.0)))[y] / n)[:, None]
+    onehot = np.eye(n_classes)[y]
+    w, b = np.zeros((d, n_classes)), np.zeros(n_classes)
     vw, vb = np.zeros_like(w), np.zeros_like(b)
-    momentum = np.float32(0.9)
-    lr = np.float32(learning_rate)
+    momentum = 0.9
     for _ in range(iterations):
         lw, lb = w + momentum * vw, b + momentum * vb
-        g = (_softmax(x @ lw + lb) - onehot) * weights
-        vw = momentum * vw - lr * (x.T @ g + np.float32(l2) * lw)
-        vb = momentum * vb - lr * g.sum(axis=0)
+        g = (_softmax(_matmul(x, lw) + lb) - onehot) * weights
+        vw = momentum * vw - learning_rate * (_matmul(xt, g) + l2 * lw)
+        vb = momentum * vb - learning_rate * g.sum(axis=0)
         w, b = w + vw, b + vb
-    return w.astype(np.float64), b.astype(np.float64)
+    return w, b
 
 
 def choose_threshold(proba: np.ndarray, y: np.ndarray, target_accuracy: float) -> float:
@@ -175,7 +192,7 @@ class DomainModel:
 
     def proba(self, texts: Sequence[str], urls: Sequence[str | None]) -> np.ndarray:
         x = (raw_features(texts, urls) - self.mean) / self.scale
-        return _softmax(x @ self.w + self.b)
+        return _softmax(_matmul(x, self.w) + self.b)
 
     def predict(self, texts: Sequence[str], urls: Sequence[str | None]) -> list[tuple[str, float]]:
         """(label, confidence) per document: the top class, or `unknown` under the threshold."""
@@ -256,7 +273,7 @@ def train(params: DomainModelParams, rows: list[dict] | None = None) -> DomainMo
     for k in range(params.folds):
         test = folds == k
         mean, scale, w, b = _fit(x[~test], y[~test], params)
-        oof[test] = _softmax(((x[test] - mean) / scale) @ w + b)
+        oof[test] = _softmax(_matmul((x[test] - mean) / scale, w) + b)
     threshold = choose_threshold(oof, y, params.target_accuracy)
     mean, scale, w, b = _fit(x, y, params)
     confident = oof.max(axis=1) >= threshold
@@ -271,7 +288,21 @@ def train(params: DomainModelParams, rows: list[dict] | None = None) -> DomainMo
         else 0.0,
         "oof_unknown_share": round(float(1 - confident.mean()), 4),
     }
-    return DomainModel(CLASSES, mean, scale, w, b, threshold, info)
+    # through the file format: the weights curation uses are the rounded ones the asset writes
+    return DomainModel.from_json(DomainModel(CLASSES, mean, scale, w, b, threshold, info).to_json())
+
+
+@dataclass(frozen=True)
+class DomainValidationParams:
+    """Validation of the domain classifier on the held-out, hand-labelled set."""
+
+    eval_path: str = knob(str(EVAL_PATH), "JSON lines of hand-labelled {url, text, label} held-out documents")
+    min_precision: float = knob(
+        0.7, "classes under this held-out precision are named in the metadata and warned about by the check"
+    )
+
+    def hashed(self) -> dict:
+        return {**asdict(self), "eval_path": Path(self.eval_path).name}
 
 
 # ---- evaluation ---------------------------------------------------------------------------------------------

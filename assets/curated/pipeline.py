@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from multiprocessing import get_context
 
+from assets.curated.domain import label_domains
 from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, Extractor, normalise_text
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
 from assets.curated.language_rules import check_rules_table, rules_for
@@ -209,7 +210,13 @@ def _curate_chunk(records: list[dict]) -> list[dict]:
 
 def curate_records(records: Iterable[Sequence[dict]], params: CurateParams, lm_path: str) -> Iterator[list[dict]]:
     """Curate chunks of records, yielding one list of rows per chunk, in input order, with `params.workers`
-    processes (whatever their number, the rows are the same)."""
+    processes (whatever their number, the rows are the same); each chunk's texts get their domain labels in one
+    embedding batch (`domain.label_domains`)."""
+    for rows in _curate_chunks(records, params, lm_path):
+        yield label_domains(rows)
+
+
+def _curate_chunks(records: Iterable[Sequence[dict]], params: CurateParams, lm_path: str) -> Iterator[list[dict]]:
     if params.workers <= 1:
         with DocumentCurator(params, lm_path) as curator:
             for chunk in records:

@@ -14,6 +14,10 @@ from assets.knobs import knob
 
 # Columns of tokenized.documents a component may filter on (the mixture labels and the partition columns).
 FILTER_COLUMNS = ("language", "ppl_bucket", "host", "domain_class", "crawl", "segment")
+# A floor on the domain classifier's confidence (documents' `domain_confidence`, assets/curated/domain.py): one
+# number in [0, 1], e.g. {"domain_class": ["code"], "min_domain_confidence": ["0.6"]}; a document without a
+# confidence does not match.
+MIN_DOMAIN_CONFIDENCE = "min_domain_confidence"
 
 
 class MixtureError(ValueError):
@@ -29,7 +33,8 @@ class Component:
     filters: Mapping[str, Sequence[str]] = field(
         default_factory=dict,
         metadata={
-            "doc": f"Label column -> allowed values; every filter must match. Columns: {', '.join(FILTER_COLUMNS)}."
+            "doc": f"Label column -> allowed values; every filter must match. Columns: {', '.join(FILTER_COLUMNS)}; "
+            f"and {MIN_DOMAIN_CONFIDENCE}: [a number], the least domain_confidence."
         },
     )
     max_repetitions: int = knob(1, "Passes over the component's pool at most (2 = each document up to twice).")
@@ -41,19 +46,45 @@ class Component:
             raise MixtureError(f"component {self.name!r}: weight must be > 0, got {self.weight!r}")
         if self.max_repetitions < 1:
             raise MixtureError(f"component {self.name!r}: max_repetitions must be >= 1, got {self.max_repetitions!r}")
-        bad = sorted(set(self.filters) - set(FILTER_COLUMNS))
+        bad = sorted(set(self.filters) - set(FILTER_COLUMNS) - {MIN_DOMAIN_CONFIDENCE})
         if bad:
-            raise MixtureError(f"component {self.name!r}: cannot filter on {bad}; allowed: {list(FILTER_COLUMNS)}")
+            raise MixtureError(
+                f"component {self.name!r}: cannot filter on {bad}; allowed: {[*FILTER_COLUMNS, MIN_DOMAIN_CONFIDENCE]}"
+            )
+        self.min_domain_confidence  # noqa: B018 - validates the floor now, not at the first match
+
+    @property
+    def min_domain_confidence(self) -> float | None:
+        """The `min_domain_confidence` filter as a number (None without one)."""
+        if MIN_DOMAIN_CONFIDENCE not in self.filters:
+            return None
+        raw = self.filters[MIN_DOMAIN_CONFIDENCE]
+        values = [raw] if isinstance(raw, (str, int, float)) else list(raw)
+        try:
+            (floor,) = (float(v) for v in values)
+        except (TypeError, ValueError):
+            floor = math.nan
+        if not 0.0 <= floor <= 1.0:
+            raise MixtureError(
+                f"component {self.name!r}: {MIN_DOMAIN_CONFIDENCE} must be one number in [0, 1], got {raw!r}"
+            )
+        return floor
 
     def matches(self, doc: Mapping[str, object]) -> bool:
-        return all(doc.get(col) in set(values) for col, values in self.filters.items())
+        floor = self.min_domain_confidence
+        if floor is not None and not (doc.get("domain_confidence") is not None and doc["domain_confidence"] >= floor):
+            return False
+        return all(doc.get(col) in set(values) for col, values in self.filters.items() if col != MIN_DOMAIN_CONFIDENCE)
 
     def as_dict(self) -> dict:
         return {
             "name": self.name,
             "weight": self.weight,
             "max_repetitions": self.max_repetitions,
-            "filters": {k: sorted(v) for k, v in sorted(self.filters.items())},
+            "filters": {
+                k: [str(self.min_domain_confidence)] if k == MIN_DOMAIN_CONFIDENCE else sorted(v)
+                for k, v in sorted(self.filters.items())
+            },
         }
 
 

@@ -1,0 +1,192 @@
+"""The domain/topic classifier on real data: the committed training and held-out sets, the real model (wordllama
+embeddings, numpy logistic regression), its Dagster assets and check, the curate hook and the mixture filter."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from assets.curated import defs as curated_defs
+from assets.curated import domain
+from assets.curated.pipeline import CurateParams
+from assets.governance.policies import governed_params
+from assets.run_view.mixture import Component, MixtureError, select
+from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog.commit import config_hash
+from iceberg_catalog.schemas import CURATED_DOCUMENTS
+from tests.curated.test_curated_asset import CC_FILE, curate_segments, docs, materialize_curated
+
+
+@pytest.fixture(scope="module")
+def train_rows() -> list[dict]:
+    return domain.read_jsonl(domain.TRAIN_PATH)
+
+
+@pytest.fixture(scope="module")
+def eval_rows() -> list[dict]:
+    return domain.read_jsonl(domain.EVAL_PATH)
+
+
+@pytest.fixture(scope="module")
+def model() -> domain.DomainModel:
+    """The default model, trained from the repo's data (what curation uses when none was materialised)."""
+    return domain.load_model(Path("/nonexistent/domain_model.json"))
+
+
+def test_the_held_out_set_is_labelled_real_and_disjoint_from_training(train_rows, eval_rows):
+    assert len(eval_rows) >= 300
+    assert {r["label"] for r in eval_rows} == set(domain.CLASSES)
+    support = {c: sum(r["label"] == c for r in eval_rows) for c in domain.CLASSES}
+    assert min(support.values()) >= 20, support
+    for r in eval_rows:
+        assert r["text_sha256"] == hashlib.sha256(r["text"].encode()).hexdigest()
+        assert len(r["text"]) <= domain.MAX_CHARS
+    sample_crawl = [r for r in eval_rows if r["source"].startswith("sample_crawl/")]
+    assert len(sample_crawl) >= 90  # a third of the held-out pages come from the repo's own crawl
+
+    def key(text: str) -> str:
+        return " ".join(text.split())[:300].lower()
+
+    assert not {r["url"] for r in eval_rows} & {r["url"] for r in train_rows}
+    assert not {domain.text_sha256(r["text"]) for r in eval_rows} & {domain.text_sha256(r["text"]) for r in train_rows}
+    assert not {key(r["text"]) for r in eval_rows} & {key(r["text"]) for r in train_rows}
+    assert {r["label"] for r in train_rows} == set(domain.CLASSES)
+    assert {r["label_source"] for r in train_rows} == {"url_rule", "hand", "corpus"}
+
+
+def test_training_is_deterministic(train_rows):
+    """Same rows, same knobs: the same model file, byte for byte (a hash-picked subset keeps this fast)."""
+    rows = [r for r in train_rows if int(domain.text_sha256(r["url"])[:2], 16) < 48]
+    params = dataclasses.replace(domain.DomainModelParams(), iterations=60)
+    a, b = domain.train(params, rows), domain.train(params, list(rows))
+    assert a.to_json() == b.to_json() and a.digest == b.digest
+    shuffled = domain.train(params, rows[::-1])  # the order is part of the input: documented, not hidden
+    assert shuffled.classes == a.classes
+
+
+def test_known_pages_get_their_class(model, eval_rows):
+    by_url = {r["url"]: r for r in eval_rows}
+    known = {
+        "python-doc:_sources/library/struct.rst.txt": "code",
+        "http://fouryears.eu/2019/10/21/interning-of-small-integers-in-python/": "code",
+        "data/corpus/enwiki#Albert Einstein": "encyclopedic",
+        "http://www.archive.org/iathreads/forum-display.php?poster=rastamon": "forum/qa",
+        "https://thehill.com/homenews/news/471033-south-dakota-governor-doubles-down-on-meth-were-on-it-anti-drug"
+        "-campaign": "news",
+        "https://de.happycoffee.org/collections/shop/products/happy-coffee-sidamo-bio-kaffeebohnen": "commerce",
+    }
+    for url, label in known.items():
+        doc = by_url[url]
+        assert doc["label"] == label
+        ((predicted, confidence),) = model.predict([doc["text"]], [url])
+        assert predicted == label and confidence >= model.threshold, (url, predicted, confidence)
+
+
+def test_held_out_precision_and_recall(model, eval_rows):
+    """The measured quality on the held-out set (numbers in data/domain/README.md): regressions fail."""
+    rows, preds = domain.validate(model, eval_rows)
+    by = {r["label"]: r for r in rows}
+    assert by["all"]["precision"] >= 0.75  # accuracy of the confident predictions
+    assert by["code"]["precision"] >= 0.9 and by["encyclopedic"]["precision"] >= 0.9
+    assert by["forum/qa"]["recall"] >= 0.5 and by["news"]["recall"] >= 0.7
+    assert by[domain.UNKNOWN]["predicted"] == sum(p == domain.UNKNOWN for p, _ in preds) < 0.3 * len(eval_rows)
+    # unknown exactly under the threshold, and the threshold was chosen on the training side
+    assert all((label == domain.UNKNOWN) == (conf < model.threshold) for label, conf in preds)
+    assert model.info["oof_confident_accuracy"] >= domain.DomainModelParams().target_accuracy
+
+
+def test_choose_threshold_is_the_smallest_that_reaches_the_target():
+    proba = np.array([[0.9, 0.1], [0.8, 0.2], [0.6, 0.4], [0.55, 0.45]])
+    y = np.array([0, 0, 1, 1])  # the two least confident are wrong
+    assert domain.choose_threshold(proba, y, 1.0) == 0.61
+    assert domain.choose_threshold(proba, y, 0.5) == 0.0
+    assert domain.choose_threshold(proba, np.array([1, 1, 1, 1]), 0.5) == 1.0
+
+
+def test_label_domains_sets_both_columns_or_nulls(model):
+    rows = [
+        {"url": "https://docs.python.org/3/library/struct.html", "text": "struct.pack(format, v1, v2) returns bytes"},
+        {"url": "http://example.org/", "text": None},
+    ]
+    out = domain.label_domains(rows)
+    assert out is rows
+    assert rows[0]["domain_class"] in (*domain.CLASSES, domain.UNKNOWN) and 0 < rows[0]["domain_confidence"] <= 1
+    assert rows[1]["domain_class"] is None and rows[1]["domain_confidence"] is None
+    assert {"domain_class", "domain_confidence"} <= set(CURATED_DOCUMENTS.schema.column_names)
+
+
+def test_model_file_round_trips_and_refuses_another_format(model, tmp_path):
+    path = tmp_path / "m.json"
+    assert domain.write_model(model, path) == model.digest
+    assert domain.load_model(path).to_json() == model.to_json()
+    path.write_text(model.to_json().replace(domain.MODEL_FORMAT, "other/0"))
+    with pytest.raises(ValueError, match="re-materialise curated/domain_model"):
+        domain.load_model(path)
+
+
+@pytest.mark.slow
+def test_model_and_validation_assets_with_the_check(tokenlake_home, instance, model):
+    """Through Dagster: the model asset writes the same bytes as in-process training; the validation asset shows
+    the per-class table and the unknown slice, and its check warns on classes under the precision floor."""
+    res = materialize_curated(instance, curated_defs.DOMAIN_MODEL, curated_defs.DOMAIN_VALIDATION)
+    md = res.asset_materializations_for_node("curated__domain_model")[0].metadata
+    assert md["model_sha256"].value == model.digest == domain.load_model().digest
+    assert domain.domain_model_path().is_file()
+    vmd = res.asset_materializations_for_node("curated__domain_validation")[0].metadata
+    table = vmd["per_class"].value
+    assert table.startswith("| class | support | predicted | correct | precision | recall |")
+    for c in (*domain.CLASSES, domain.UNKNOWN, "all"):
+        assert f"| {c} |" in table
+    assert vmd["dagster/row_count"].value == len(domain.read_jsonl(domain.EVAL_PATH))
+    assert vmd["unknown_documents"].value >= 0
+    assert "per_class_hosts_not_in_training" in vmd
+    (check,) = res.get_asset_check_evaluations()
+    assert check.severity == dg.AssetCheckSeverity.WARN
+    rows, _ = domain.validate(model, domain.read_jsonl(domain.EVAL_PATH))
+    assert check.passed == (not domain.weak_classes(rows, domain.DomainValidationParams().min_precision))
+
+
+@pytest.mark.slow
+def test_curated_documents_carry_the_label_and_its_model(tokenlake_home, instance, crawl_root, reference_lm_file):
+    root = crawl_root({"CC-MAIN-2020-34/1596439738015.38": {"a.warc.gz": CC_FILE}})
+    curate_segments(instance, root, ["CC-MAIN-2020-34/1596439738015.38"], reference_lm_file)
+    rows = docs(("doc_id", "url", "text", "kept", "domain_class", "domain_confidence")).to_pylist()
+    with_text = [r for r in rows if r["text"]]
+    assert with_text and all(r["domain_class"] in (*domain.CLASSES, domain.UNKNOWN) for r in with_text)
+    assert all(r["domain_class"] is None and r["domain_confidence"] is None for r in rows if not r["text"])
+    expected = domain.load_model().predict([r["text"] for r in with_text], [r["url"] for r in with_text])
+    assert [(r["domain_class"], r["domain_confidence"]) for r in with_text] == expected
+    # the model's sha256 is part of the snapshot's config hash
+    lakehouse = Lakehouse()
+    summary = lakehouse.table(CURATED_DOCUMENTS).current_snapshot().summary.additional_properties
+    params, _ = governed_params(lakehouse, CurateParams())
+    hashed = {**params.hashed(), "lm_path": Path(reference_lm_file).name}
+    assert (
+        Provenance.from_snapshot_summary(summary)["config-hash"]
+        == config_hash({**hashed, "domain_model": domain.load_model().digest})
+        != config_hash(hashed)
+    )
+
+
+def test_mixture_components_filter_on_the_label_and_its_confidence():
+    docs_ = [
+        {"doc_id": "a", "n_tokens": 10, "domain_class": "code", "domain_confidence": 0.9},
+        {"doc_id": "b", "n_tokens": 10, "domain_class": "code", "domain_confidence": 0.5},
+        {"doc_id": "c", "n_tokens": 10, "domain_class": "news", "domain_confidence": 0.99},
+        {"doc_id": "d", "n_tokens": 10, "domain_class": "unknown", "domain_confidence": 0.2},
+        {"doc_id": "e", "n_tokens": 10, "domain_class": "code"},  # no confidence: never passes a floor
+    ]
+    code = Component("code", 1.0, {"domain_class": ["code"], "min_domain_confidence": ["0.6"]})
+    assert [d["doc_id"] for d in docs_ if code.matches(d)] == ["a"]
+    assert Component("any", 1.0, {"min_domain_confidence": [0.5]}).min_domain_confidence == 0.5
+    assert code.as_dict()["filters"] == {"domain_class": ["code"], "min_domain_confidence": ["0.6"]}
+    samples, realised = select(docs_, [code, Component("news", 1.0, {"domain_class": ["news"]})], seed=1)
+    assert sorted(s.doc_id for s in samples) == ["a", "c"] and [r.documents for r in realised] == [1, 1]
+    for bad in (["high"], ["0.5", "0.6"], ["1.5"]):
+        with pytest.raises(MixtureError, match="min_domain_confidence must be one number in"):
+            Component("x", 1.0, {"min_domain_confidence": bad})
