@@ -390,6 +390,9 @@ def mosaic_rounds(python: str, flat: Path, work: Path, args) -> dict:
 def child_ttfb(args) -> None:
     """In a fresh process: seconds to import, open, build the loader and get the first batch; prints JSON."""
     t0 = time.perf_counter()
+    import torch  # noqa: F401 - timed alone: the floor of any loader that hands out torch tensors
+
+    t_torch = time.perf_counter()
     import pyarrow.parquet as pq
 
     from iceberg_catalog import CatalogConfig, open_catalog
@@ -413,6 +416,7 @@ def child_ttfb(args) -> None:
         json.dumps(
             {
                 "import_s": t_import - t0,
+                "import_torch_s": t_torch - t0,
                 "open_s": t_open - t_import,
                 "init_s": t_init - t_open,
                 "first_batch_s": t_first - t_init,
@@ -624,6 +628,7 @@ def run_bench(work: Path, args) -> int:
             f"{med(rs, 'first_batch_s'):.3f} | {med(rs, 'total_s'):.2f} | {after:.2f} | {after / floor:.1f}x |"
         )
     print(f"baseline: pyarrow reads the footers of the {cat[0]['files']} token files in {floor:.3f} s")
+    print(f"of the import time, `import torch` alone: {med(cat, 'import_torch_s'):.2f} s (catalog, median)")
 
     # 4. state_dict cost ----------------------------------------------------------------------------------------------
     from loader import RunViewLoader, make_state
@@ -666,6 +671,7 @@ def run_bench(work: Path, args) -> int:
             "first_batch_s": med(cat, "total_s"),
             "first_batch_after_import_s": med(cat, "after_import_s"),
             "first_batch_import_s": med(cat, "import_s"),
+            "first_batch_import_torch_s": med(cat, "import_torch_s"),
             "first_batch_bundle_s": med(bun, "total_s"),
             "first_batch_layout_cached_s": med(warm, "total_s"),
             "first_batch_layout_cached_after_import_s": med(warm, "after_import_s"),

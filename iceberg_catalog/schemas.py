@@ -338,6 +338,8 @@ TOKENIZED_DOCUMENTS = TableDef(
         (14, "domain_class", StringType(), False),  # top-level domain of the host
     ),
     partition_by=("tokenizer_id", "crawl", "segment"),
+    # the loader decodes every token array it serves: plain and uncompressed (iceberg_catalog.commit.parquet_options)
+    properties={"tokenlake.parquet.raw-columns": "tokens"},
 )
 
 # Evaluation material as data: one row per benchmark item, partitioned by benchmark.

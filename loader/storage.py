@@ -237,6 +237,7 @@ class RowGroupReader:
         self._files: dict[str, Any] = {}
         self._parquet: dict[str, pq.ParquetFile] = {}
         self._footers: dict[str, tuple[pq.FileMetaData, int]] = {}
+        self._footer_locks: dict[str, threading.Lock] = {}
         self._rng = random.Random(os.getpid())
         self._latencies: list[float] = []
         self.stats = {
@@ -310,6 +311,13 @@ class RowGroupReader:
         got = self._footers.get(path)
         if got is not None:
             return got
+        with self._lock:
+            lock = self._footer_locks.setdefault(path, threading.Lock())
+        with lock:  # one read per object even when read-ahead threads and the consumer ask at once
+            got = self._footers.get(path)
+            return got if got is not None else self._read_footer(path)
+
+    def _read_footer(self, path: str) -> tuple[pq.FileMetaData, int]:
         md = size = None
         cached = self.cache.get(path, FOOTER_ENTRY) if self._caches(path) else None
         if cached is not None:
