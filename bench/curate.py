@@ -45,6 +45,8 @@ DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
 DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
 AEB_TAR = ROOT.parent / "shared" / "data" / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+HTML_TYPES = ("text/html", "application/xhtml+xml")  # pipeline.HTML_CONTENT_TYPES (not imported: keeps the
+# bare side's start-up free of our modules)
 BENCH_TIMEOUT_S = 1.0  # per-page extraction limit on both sides: datatrove's published default
 
 # What makes the FineWeb blocks run offline. datatrove[processing] lacks the WarcReader's deps (warcio,
@@ -217,6 +219,48 @@ def run_datatrove(venv: dict, crawl: Path, work: Path) -> dict:
     }
 
 
+# ---- bare trafilatura -----------------------------------------------------------------------------------------
+
+
+def bare_main(crawl: Path) -> None:
+    """`trafilatura.extract` called directly on every HTML response of `crawl` (warcio loop, our venv, our
+    trafilatura options: favor_precision, no comments, a fresh dedup cache per page; the payload decoded as
+    UTF-8 with replacement, the cheapest decoding; no timeout). Prints one JSON line."""
+    become_subreaper()
+    import logging
+
+    import trafilatura
+    from trafilatura.deduplication import LRUCache
+    from trafilatura.settings import LRU_SIZE
+    from warcio.archiveiterator import ArchiveIterator
+
+    from assets.curated.extract import DEFAULT_TRAFILATURA_OPTIONS
+
+    logging.disable(logging.WARNING)
+    options = {k: v for k, v in DEFAULT_TRAFILATURA_OPTIONS.items() if k != "deduplicate"}
+    dedup = bool(DEFAULT_TRAFILATURA_OPTIONS.get("deduplicate"))
+    cpu0, t0 = own_tree_cpu(), time.perf_counter()
+    responses = html = extracted = 0
+    for path in warc_paths(crawl):
+        with open(path, "rb") as fh:
+            for rec in ArchiveIterator(fh):
+                if rec.rec_type != "response":
+                    continue
+                responses += 1
+                ctype = rec.http_headers.get_header("Content-Type") if rec.http_headers else None
+                if (ctype or "").split(";", 1)[0].strip().lower() not in HTML_TYPES:
+                    continue
+                html += 1
+                page = rec.content_stream().read().decode("utf-8", "replace")
+                cache = LRUCache(maxsize=LRU_SIZE) if dedup else False
+                url = rec.rec_headers.get_header("WARC-Target-URI")
+                extracted += bool(trafilatura.extract(page, url=url, deduplicate=cache, **options))
+    out = {"responses": responses, "html": html, "extracted": extracted, "version": trafilatura.__version__}
+    out["lingering_children"] = reap_all()
+    out["pipeline_cpu_s"], out["pipeline_wall_s"] = own_tree_cpu() - cpu0, time.perf_counter() - t0
+    print(json.dumps(out))
+
+
 # ---- ours ---------------------------------------------------------------------------------------------------
 
 
@@ -265,7 +309,11 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
             for mat in res.asset_materializations_for_node("raw_warc_ingest"):
                 if mat.asset_key.path == ["raw", "warc_records"]:
                     responses += mat.metadata["dagster/row_count"].value
-        out["responses"] = responses
+        from iceberg_catalog.schemas import RAW_WARC_RECORDS
+
+        # the rows stored (the asset's row_count metadata is also summed, to show when it disagrees)
+        out["responses"] = defs.resources["catalog"].lakehouse().scan(RAW_WARC_RECORDS, ("record_id",)).num_rows
+        out["responses_metadata"] = responses
     elif step == "models":
         res = defs.resolve_job_def("curate_models").execute_in_process(
             instance=instance, run_config=QUIET_LOGGERS, raise_on_error=False
@@ -307,9 +355,20 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
         extract_s = docs["extract_seconds"].to_pylist()
         out.update(totals, decisions=decisions, extract_seconds=sum(x for x in extract_s if x is not None))
     instance.dispose()
+    from assets.curated.extract import close_shared_extractors
+
+    close_shared_extractors()  # the curate runs' extraction worker: its CPU counts once it is reaped
     out["lingering_children"] = reap_all()
     out["pipeline_cpu_s"], out["pipeline_wall_s"] = own_tree_cpu() - cpu0, time.perf_counter() - t0
     print(json.dumps(out))
+
+
+def run_bare(crawl: Path) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "bare", "--crawl", str(crawl)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    res, wall, cpu = run_child(cmd, env, "bare trafilatura")
+    res.update(wall_s=wall, cpu_s=cpu)
+    return res
 
 
 def run_ours(step: str, crawl: Path, home: Path, workers: int) -> dict:
@@ -369,10 +428,16 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1, help="our curate asset's `workers` (datatrove: 1 task)")
     parser.add_argument("--venv", type=Path, default=DT_VENV, help="datatrove's venv (created if missing)")
     parser.add_argument("--no-f1", action="store_true", help="skip the extraction-F1 check")
-    parser.add_argument("--child", choices=["ingest", "models", "curate"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-datatrove", action="store_true", help="compare with bare trafilatura only (no datatrove venv)"
+    )
+    parser.add_argument("--child", choices=["ingest", "models", "curate", "bare"], help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     crawl = args.crawl.resolve()
+    if args.child == "bare":
+        bare_main(crawl)
+        return 0
     if args.child:
         child_main(args.child, crawl, args.home, args.workers)
         return 0
@@ -395,64 +460,87 @@ def run_bench(crawl: Path, work: Path, args) -> int:
         + (f" ({args.copies} concatenated copies of {args.crawl})" if args.copies > 1 else "")
     )
 
-    venv = ensure_datatrove_venv(args.venv.resolve())
-    installed = (
-        f"installed in {venv['install_seconds']:.0f} s"
-        if venv["install_seconds"] is not None
-        else "reused; delete it to time a fresh install"
-    )
-    print(f"datatrove venv: {args.venv} ({installed}); {venv['versions']}; lid model {venv['lid_model']}")
+    venv = None
+    if args.no_datatrove:
+        print("datatrove: not run (--no-datatrove); ours is compared with bare trafilatura only")
+    else:
+        venv = ensure_datatrove_venv(args.venv.resolve())
+        installed = (
+            f"installed in {venv['install_seconds']:.0f} s"
+            if venv["install_seconds"] is not None
+            else "reused; delete it to time a fresh install"
+        )
+        print(f"datatrove venv: {args.venv} ({installed}); {venv['versions']}; lid model {venv['lid_model']}")
 
     home = work / "home"
     print("ours: raw_ingest + curate_models (setup) ...", flush=True)
     ingest = run_ours("ingest", crawl, home, args.workers)
     if ingest["responses"] != responses:
         raise BenchFailure(f"raw_ingest stored {ingest['responses']} responses; warcio sees {responses}")
+    if ingest["responses_metadata"] != responses:
+        print(
+            f"note: raw_ingest's dagster/row_count metadata sums to {ingest['responses_metadata']}, "
+            f"the table holds {responses} rows"
+        )
     run_ours("models", crawl, home, args.workers)
 
-    dts, ours = [], []
-    for i in range(args.repeats):  # interleaved, so machine load hits both sides alike
+    dts, ours, bares = [], [], []
+    for i in range(args.repeats):  # interleaved, so machine load hits every side alike
         print(f"timed round {i + 1}/{args.repeats}: ours (curate) ...", flush=True)
         ours.append(run_ours("curate", crawl, home, args.workers))
         if ours[-1]["responses_read"] != responses:
             raise BenchFailure(f"curate read {ours[-1]['responses_read']} raw responses; the input has {responses}")
-        print(f"timed round {i + 1}/{args.repeats}: datatrove ...", flush=True)
-        dts.append(run_datatrove(venv, crawl, work))
+        print(f"timed round {i + 1}/{args.repeats}: bare trafilatura ...", flush=True)
+        bares.append(run_bare(crawl))
+        if bares[-1]["responses"] != responses:
+            raise BenchFailure(f"the bare loop read {bares[-1]['responses']} responses; the input has {responses}")
+        if venv is not None:
+            print(f"timed round {i + 1}/{args.repeats}: datatrove ...", flush=True)
+            dts.append(run_datatrove(venv, crawl, work))
 
     def med(runs: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in runs)
 
-    o, d = ours[-1], dts[-1]
+    o, b = ours[-1], bares[-1]
+    d = dts[-1] if dts else None
     print(
         f"\ndocuments: {responses} HTTP responses in; HTML documents considered: ours {o['html_documents']} "
-        f"(HTTP Content-Type), datatrove {d['html']} (WARC-Identified-Payload-Type / libmagic); "
-        f"kept: ours {o['kept']}, datatrove {d['kept']}"
+        f"(HTTP Content-Type), bare trafilatura {b['html']} (same test)"
+        + (f", datatrove {d['html']} (WARC-Identified-Payload-Type / libmagic)" if d else "")
+        + f"; kept: ours {o['kept']}"
+        + (f", datatrove {d['kept']}" if d else "")
+        + f"; bare trafilatura returned text for {b['extracted']} (trafilatura {b['version']}, no filters)"
     )
     print(
         "ours, decisions: "
         + ", ".join(f"{k} {v}" for k, v in sorted(o["decisions"].items(), key=lambda kv: (kv[0] == "kept", -kv[1])))
     )
-    print(
-        "datatrove, per block (in -> out: drops): "
-        + "; ".join(f"{n} {i}->{f}" + (f": {r}" if r else "") for n, i, f, r in d["funnel"])
-    )
-    if d["timeouts"]:
+    if d:
         print(
-            f"note: datatrove's 1 s wall-clock extraction timeout hit {d['timeouts']} documents in the last run "
-            "(machine load changes this)"
+            "datatrove, per block (in -> out: drops): "
+            + "; ".join(f"{n} {i}->{f}" + (f": {r}" if r else "") for n, i, f, r in d["funnel"])
         )
+        if d["timeouts"]:
+            print(
+                f"note: datatrove's 1 s wall-clock extraction timeout hit {d['timeouts']} documents in the last run "
+                "(machine load changes this)"
+            )
     print(
         f"where the wall time goes (last run): ours: extraction {o['extract_seconds']:.2f} s (sum of "
         f"extract_seconds), the asset bodies {o['asset_seconds']:.2f} s, {len(o['partitions'])} Dagster runs "
-        f"{o['pipeline_wall_s']:.2f} s; datatrove: " + ", ".join(f"{n} {t:.2f} s" for n, t in d["block_s"])
+        f"{o['pipeline_wall_s']:.2f} s; bare trafilatura loop {b['pipeline_wall_s']:.2f} s"
+        + ("; datatrove: " + ", ".join(f"{n} {t:.2f} s" for n, t in d["block_s"]) if d else "")
     )
-    lingering = [r["lingering_children"] for r in ours] + [r["lingering"] for r in dts]
+    lingering = [r["lingering_children"] for r in ours + bares] + [r["lingering"] for r in dts]
     if any(lingering):
         print(f"warning: children still running at the end of a measured process: {lingering} (CPU under-counted)")
 
-    rows = [
-        ("datatrove FineWeb recipe", med(dts, "wall_s"), med(dts, "cpu_s")),
-        ("  excl. start-up (pipeline only)", med(dts, "pipeline_wall_s"), med(dts, "pipeline_cpu_s")),
+    rows = [("bare trafilatura", med(bares, "wall_s"), med(bares, "cpu_s"))]
+    rows.append(("  excl. start-up (loop only)", med(bares, "pipeline_wall_s"), med(bares, "pipeline_cpu_s")))
+    if dts:
+        rows.append(("datatrove FineWeb recipe", med(dts, "wall_s"), med(dts, "cpu_s")))
+        rows.append(("  excl. start-up (pipeline only)", med(dts, "pipeline_wall_s"), med(dts, "pipeline_cpu_s")))
+    rows += [
         ("ours: curate job", med(ours, "wall_s"), med(ours, "cpu_s")),
         ("  excl. start-up (job runs only)", med(ours, "pipeline_wall_s"), med(ours, "pipeline_cpu_s")),
         ("ours: raw_ingest + curate", ingest["wall_s"] + med(ours, "wall_s"), ingest["cpu_s"] + med(ours, "cpu_s")),
@@ -464,18 +552,30 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     print(f"  {'':<36}{'wall s':>8}{'CPU s':>8}{'docs/s wall':>13}{'docs/s/core':>13}")
     for name, wall, cpu in rows:
         print(f"  {name:<36}{wall:>8.2f}{cpu:>8.2f}{responses / wall:>13.1f}{responses / cpu:>13.1f}")
-    ratio = med(dts, "cpu_s") / med(ours, "cpu_s")
-    ratio_steady = med(dts, "pipeline_cpu_s") / med(ours, "pipeline_cpu_s")
-    ratio_e2e = med(dts, "cpu_s") / (ingest["cpu_s"] + med(ours, "cpu_s"))
-    print(f"\nratio ours/datatrove, documents/s per core: {ratio:.2f}x  (goal >= 1.2x)")
+
+    ratio_bare = med(bares, "cpu_s") / med(ours, "cpu_s")
+    ratio_bare_steady = med(bares, "pipeline_cpu_s") / med(ours, "pipeline_cpu_s")
+    print(f"\nratio ours/bare trafilatura, documents/s per core: {ratio_bare:.2f}x  (goal >= 0.85x)")
     print(
-        f"  excl. start-up: {ratio_steady:.2f}x;  counting our raw_ingest too (WARC -> curated, as datatrove "
-        f"does): {ratio_e2e:.2f}x;  wall docs/s: {med(dts, 'wall_s') / med(ours, 'wall_s'):.2f}x"
+        f"  excl. start-up: {ratio_bare_steady:.2f}x;  wall docs/s: {med(bares, 'wall_s') / med(ours, 'wall_s'):.2f}x"
     )
+    if dts:
+        ratio = med(dts, "cpu_s") / med(ours, "cpu_s")
+        ratio_steady = med(dts, "pipeline_cpu_s") / med(ours, "pipeline_cpu_s")
+        ratio_e2e = med(dts, "cpu_s") / (ingest["cpu_s"] + med(ours, "cpu_s"))
+        print(f"ratio ours/datatrove, documents/s per core: {ratio:.2f}x  (goal >= 1.2x)")
+        print(
+            f"  excl. start-up: {ratio_steady:.2f}x;  counting our raw_ingest too (WARC -> curated, as datatrove "
+            f"does): {ratio_e2e:.2f}x;  wall docs/s: {med(dts, 'wall_s') / med(ours, 'wall_s'):.2f}x"
+        )
+    else:
+        print("ratio ours/datatrove: not measured (--no-datatrove)")
 
     if not args.no_f1:
-        f1 = extraction_f1(venv, BENCH_TIMEOUT_S)
-        if f1 is None:
+        f1 = extraction_f1(venv, BENCH_TIMEOUT_S) if venv is not None else None
+        if venv is None:
+            print("\nextraction F1: skipped (needs datatrove's venv)")
+        elif f1 is None:
             print(f"\nextraction F1: skipped, benchmark data not found at {AEB_TAR}")
         else:
             f_ours, f_dt, n = f1

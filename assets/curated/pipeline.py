@@ -13,7 +13,7 @@ from functools import lru_cache
 from multiprocessing import get_context
 
 from assets.curated.domain import label_domains
-from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, Extractor, normalise_text
+from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, normalise_text, shared_extractor
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
 from assets.curated.language_rules import check_rules_table, rules_for
 from assets.curated.perplexity import HEAD_PCT, TAIL_PCT, PerplexityScorer
@@ -112,17 +112,19 @@ def _scorer(lm_path: str, mtime_ns: int) -> PerplexityScorer:
 
 class DocumentCurator:
     """Holds the models (extractor worker, language identifier, LM) and curates records one by one.
-    The read-only models are loaded once per process (partitions curated in one process share them)."""
+    The models are loaded once per process (partitions curated in one process share them; the extractor
+    worker once per thread: `extract.shared_extractor`)."""
 
     def __init__(self, params: CurateParams, lm_path: str) -> None:
         check_rules_table(params.quality)
         self.params = params
-        self.extractor = Extractor(timeout_s=params.extract_timeout_s, max_html_bytes=params.max_html_bytes)
+        self.extractor = shared_extractor(params.extract_timeout_s, params.max_html_bytes)
         self.lid = _language_identifier()
         self.lm = _scorer(lm_path, os.stat(lm_path).st_mtime_ns)
 
     def close(self) -> None:
-        self.extractor.close()
+        """Nothing to release: the models and the extractor worker stay for the next partition of this
+        process (`extract.close_shared_extractors` stops the worker; it also stops at exit)."""
 
     def __enter__(self) -> DocumentCurator:
         return self

@@ -61,11 +61,13 @@ English path above, unchanged.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import accumulate, compress
-from operator import itemgetter
+from itertools import accumulate, count
+
+import numpy as np
 
 from assets.knobs import knob
 
@@ -260,43 +262,70 @@ def _repetition_signals(text: str, tokens: list[str], out: dict) -> None:
 
     # n-gram character counts come from prefix sums of token lengths, so no n-gram string is ever built.
     cum = [0, *accumulate(map(len, tokens))]
+    stats = _ngram_stats(tokens)
     for n in TOP_NGRAM_SIZES:
-        frac = 0.0
-        if len(tokens) >= n:
-            counts = Counter(zip(*(tokens[i:] for i in range(n))))
-            # max() keeps the first n-gram among equal counts, like Counter.most_common(1) in datatrove.
-            gram, count = max(counts.items(), key=itemgetter(1))
-            frac = _ratio(count * (sum(map(len, gram)) + n - 1), n_chars)
+        # the most frequent n-gram, the first one in the text among equal counts (as datatrove's
+        # Counter.most_common(1)); every occurrence has the same characters as the first
+        top, first = stats.top[n]
+        frac = _ratio(top * (cum[first + n] - cum[first] + n - 1), n_chars) if top else 0.0
         out[f"gopher_rep_top_{n}gram_char_frac"] = frac
-
-    # Only positions whose n-gram occurs twice or more can be counted: for the others the datatrove walk
-    # just steps on. A repeated n-gram starts with a repeated (n-1)-gram, so each size only looks at the
-    # previous size's candidate positions (usually a few percent of the document).
-    candidates: list[int] = []
     for n in DUP_NGRAM_SIZES:
-        limit = len(tokens) - n + 1
-        if n == DUP_NGRAM_SIZES[0]:
-            positions: list[int] | range = range(max(limit, 0))
-            grams = list(zip(*(tokens[i:] for i in range(n))))
-        else:
-            positions = [p for p in candidates if p < limit]
-            grams = [tuple(tokens[p : p + n]) for p in positions]
-        counts = Counter(grams)
-        repeated = {g for g, c in counts.items() if c > 1} if len(counts) < len(grams) else set()
-        keep = list(map(repeated.__contains__, grams))
-        candidates = list(compress(positions, keep))
-        grams = list(compress(grams, keep))
         # datatrove's find_all_duplicate: walk left to right, count a repeat once and skip over its span.
-        repeated_chars, next_free, seen = 0, 0, set()
-        for p, gram in zip(candidates, grams):
-            if p < next_free:
-                continue
+        # Only positions whose n-gram occurs twice or more can count (the others just step on), so the walk
+        # visits those alone, and jumps over a counted span.
+        positions, grams = stats.repeated[n]
+        repeated_chars, i, seen = 0, 0, set()
+        while i < len(positions):
+            p, gram = positions[i], grams[i]
             if gram in seen:
                 repeated_chars += cum[p + n] - cum[p]
-                next_free = p + n
+                i = bisect_left(positions, p + n, i + 1)
             else:
                 seen.add(gram)
+                i += 1
         out[f"gopher_rep_dup_{n}gram_char_frac"] = _ratio(repeated_chars, n_chars)
+
+
+@dataclass(frozen=True)
+class _NgramStats:
+    top: dict[int, tuple[int, int]]  # n -> (count of the most frequent n-gram, position of its first occurrence)
+    repeated: dict[int, tuple[list[int], list[int]]]  # n -> positions of repeated n-grams, their n-gram ids
+
+
+def _ngram_stats(tokens: list[str]) -> _NgramStats:
+    """The most frequent n-gram for n in TOP_NGRAM_SIZES ((0, 0) without n-grams), and where the n-grams that
+    occur twice or more are, for n in DUP_NGRAM_SIZES.
+
+    Exact, no hashing: each n-gram gets a dense integer id from its (n-1)-gram's id and its last token's id
+    (numpy's unique over the pairs), so equal ids mean equal token sequences. A repeated n-gram starts with a
+    repeated (n-1)-gram, so from the first DUP size on only those positions are looked at."""
+    n_tokens = len(tokens)
+    index: dict[str, int] = {}
+    ids = np.fromiter(map(index.setdefault, tokens, count()), dtype=np.int64, count=n_tokens)
+    top: dict[int, tuple[int, int]] = {}
+    repeated: dict[int, tuple[list[int], list[int]]] = {}
+    positions = np.arange(n_tokens)  # the positions still looked at
+    gram_ids = ids  # there, the id of the (n-1)-gram
+    for n in range(2, max(DUP_NGRAM_SIZES) + 1):
+        keep = positions < n_tokens - n + 1  # an n-gram starts there
+        positions, gram_ids = positions[keep], gram_ids[keep]
+        if not len(positions):
+            top[n], repeated[n] = (0, 0), ([], [])
+            continue
+        # every id is < n_tokens, so the pair key is exact in 64 bits for any text that fits in memory
+        _, gram_ids, counts = np.unique(
+            gram_ids * n_tokens + ids[positions + n - 1], return_inverse=True, return_counts=True
+        )
+        gram_ids = gram_ids.reshape(-1)
+        per_position = counts[gram_ids]
+        if n in TOP_NGRAM_SIZES:
+            best = int(counts.max())
+            top[n] = (best, int(positions[np.argmax(per_position == best)]))
+        if n >= min(DUP_NGRAM_SIZES):
+            keep = per_position > 1
+            positions, gram_ids = positions[keep], gram_ids[keep]
+            repeated[n] = (positions.tolist(), gram_ids.tolist())
+    return _NgramStats(top, repeated)
 
 
 def _gopher_quality_signals(text: str, tokens: list[str], out: dict) -> None:

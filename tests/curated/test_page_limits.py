@@ -87,6 +87,9 @@ def step(name: str, root: Path) -> None:
         t0 = time.perf_counter()
         run_job(defs, instance, name, KEY)
         seconds = time.perf_counter() - t0
+    from assets.curated.extract import close_shared_extractors
+
+    close_shared_extractors()  # the extraction worker outlives the run (shared per process): reap it to count it
     peak = {
         "self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
