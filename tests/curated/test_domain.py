@@ -65,8 +65,7 @@ def test_training_is_deterministic(train_rows):
     params = dataclasses.replace(domain.DomainModelParams(), iterations=60)
     a, b = domain.train(params, rows), domain.train(params, list(rows))
     assert a.to_json() == b.to_json() and a.digest == b.digest
-    shuffled = domain.train(params, rows[::-1])  # the order is part of the input: documented, not hidden
-    assert shuffled.classes == a.classes
+    assert a.info["train_documents"] == len(rows) and a.threshold == b.threshold
 
 
 def test_known_pages_get_their_class(model, eval_rows):
