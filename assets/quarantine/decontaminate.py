@@ -11,7 +11,7 @@ screening in `quarantine.screenings`.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,12 +23,16 @@ from assets.knobs import knob
 from assets.quarantine.benchmarks import EvalItem
 from assets.quarantine.near_match import DEFAULT_THRESHOLD, NearMatchIndex, find_matches
 from assets.quarantine.ngrams import DEFAULT_N, NgramIndex, normalise_words
+from assets.quarantine.semantic import DEFAULT_THRESHOLD as SEMANTIC_THRESHOLD
+from assets.quarantine.semantic import SemanticIndex
 from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskOutput, TaskResult
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS
 
 UPSTREAM = (QUARANTINE_EVAL_ITEMS, CURATED_DOCUMENTS)
 DECISION_EVAL_CONTAMINATED = "eval_contaminated"
 SAMPLE_MATCHES = 30  # matches per partition shown in the asset's metadata
+SEMANTIC_EXAMPLES = 5  # semantic matches shown with their document snippet and item
+SNIPPET_CHARS = 160
 
 
 def eval_item_rows(items: Sequence[EvalItem]) -> pa.Table:
@@ -60,13 +64,28 @@ class MatchParams:
     near_threshold: float = knob(
         DEFAULT_THRESHOLD, "a near match needs at least this share of the item's words in order in the document"
     )
+    semantic: bool = knob(
+        True,
+        "also find semantic matches: paraphrased items, as static-embedding neighbours of 32-word document windows",
+    )
+    semantic_threshold: float = knob(
+        SEMANTIC_THRESHOLD,
+        "a semantic match needs a window whose cosine similarity to the item exceeds the item's level on clean "
+        "reference text by at least this much (measured by bench/semantic_quarantine.py)",
+    )
     files_per_slice: int = knob(
         1, "curated data files per task: the unit an executor runs (results do not depend on it)"
     )
 
     def hashed(self) -> dict:
         """What changes the matches (recorded as the snapshot's config hash)."""
-        return {"n": self.n, "near": self.near, "near_threshold": self.near_threshold}
+        return {
+            "n": self.n,
+            "near": self.near,
+            "near_threshold": self.near_threshold,
+            "semantic": self.semantic,
+            "semantic_threshold": self.semantic_threshold,
+        }
 
 
 @dataclass(frozen=True)
@@ -108,10 +127,14 @@ class Indexes:
     item_ids: tuple[str, ...]
     ngram: NgramIndex
     near: NearMatchIndex | None
+    semantic: SemanticIndex | None = None
+    texts: tuple[str, ...] = ()
 
     @property
     def nbytes(self) -> int:
-        return self.ngram.nbytes + (self.near.nbytes if self.near else 0)
+        return (
+            self.ngram.nbytes + (self.near.nbytes if self.near else 0) + (self.semantic.nbytes if self.semantic else 0)
+        )
 
 
 _CACHE_SIZE = 4
@@ -146,7 +169,7 @@ def pinned_items(lakehouse: Lakehouse, benchmark: str, snapshot_id: int | None) 
 def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[Indexes, bool, float]:
     """The n-gram (and near-match) indexes of the pinned items, built once per process and parameters;
     (indexes, whether this call built them, seconds spent building them here: 0.0 when reused)."""
-    key = (lakehouse.lock_key, ref.benchmark, ref.snapshot_id, params.n, params.near, params.near_threshold)
+    key = (lakehouse.lock_key, ref.benchmark, ref.snapshot_id, *params.hashed().values())
     if key in _indexes:
         return _indexes[key], False, 0.0
     t0 = time.perf_counter()
@@ -155,6 +178,8 @@ def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[I
         items.item_ids,
         NgramIndex.build(items.texts, n=params.n),
         NearMatchIndex.build(items.texts, threshold=params.near_threshold) if params.near else None,
+        SemanticIndex.build(items.texts, threshold=params.semantic_threshold) if params.semantic else None,
+        items.texts,
     )
     return _remember(_indexes, key, built), True, time.perf_counter() - t0
 
@@ -195,12 +220,23 @@ def run_task(task: MatchTask) -> TaskResult:
     idx, index_built, build_seconds = indexes(task.lakehouse, task.items, task.params)
     writer = FileWriter(task.out)
     bench, part = task.items.benchmark, task.out.partition
-    n_docs, n_matches, contaminated, sample = 0, 0, set(), []
+    n_docs, n_matches, contaminated, sample, kinds, examples = 0, 0, set(), [], Counter(), []
     for batch in task.lakehouse.read_slice(task.docs):
         rows = []
-        for doc in batch.to_pylist():
+        docs = batch.to_pylist()
+        texts = [doc["text"] or "" for doc in docs]
+        found = [find_matches(t, idx.ngram, idx.near) for t in texts]
+        if idx.semantic is not None:
+            semantic = idx.semantic.find_batch(texts, found)
+            found = [sorted(f + s, key=lambda m: (m.item_index, m.kind)) for f, s in zip(found, semantic)]
+        for doc, text, matches in zip(docs, texts, found):
             n_docs += 1
-            for m in find_matches(doc["text"] or "", idx.ngram, idx.near):
+            for m in matches:
+                kinds[m.kind] += 1
+                if m.kind == "semantic" and len(examples) < SEMANTIC_EXAMPLES:
+                    snippet = text[m.char_start : m.char_end][:SNIPPET_CHARS]
+                    item = idx.texts[m.item_index][:SNIPPET_CHARS] if idx.texts else ""
+                    examples.append([doc["doc_id"], idx.item_ids[m.item_index], round(m.score, 3), snippet, item])
                 rows.append(
                     {
                         "doc_id": doc["doc_id"],
@@ -231,6 +267,8 @@ def run_task(task: MatchTask) -> TaskResult:
             "matches": n_matches,
             "contaminated": sorted(contaminated),
             "sample": sample,
+            "kinds": dict(kinds),
+            "semantic_examples": examples,
             "index_built": index_built,
             "index_build_seconds": build_seconds,
             "index_bytes": idx.nbytes,
@@ -248,6 +286,8 @@ class Screening:
     sample: list[list]  # the first matches, in plan order
     index_build_seconds: float
     index_bytes: int
+    kinds: dict[str, int]  # matches per kind (ngram, near, semantic)
+    semantic_examples: list[list]  # [doc_id, item_id, score, document snippet, item snippet], plan order
 
     @classmethod
     def of(cls, results: Sequence[TaskResult]) -> Screening:
@@ -261,6 +301,8 @@ class Screening:
             sample,
             sum(r.stats["index_build_seconds"] for r in ordered),
             max((r.stats["index_bytes"] for r in ordered), default=0),
+            dict(sum((Counter(r.stats.get("kinds", {})) for r in ordered), Counter())),
+            [e for r in ordered for e in r.stats.get("semantic_examples", [])][:SEMANTIC_EXAMPLES],
         )
 
 

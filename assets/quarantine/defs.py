@@ -126,7 +126,17 @@ def matches_metadata(s: decontaminate.Screening, items: int, tasks: int, seconds
             ["doc_id", "item_id", "kind", "score", "span"],
             [(d, i, k, f"{score:.2f}", f"{a}-{b}") for d, i, k, score, a, b in s.sample],
         ),
+        **{f"matches_{kind}": s.kinds.get(kind, 0) for kind in ("ngram", "near", "semantic")},
+        "semantic_examples": md_table(
+            ["doc_id", "item_id", "score", "document", "item"],
+            [(d, i, f"{score:.2f}", _cell(doc), _cell(item)) for d, i, score, doc, item in s.semantic_examples],
+        ),
     }
+
+
+def _cell(text: str) -> str:
+    """A snippet as one Markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 register_benchmark_job = dg.define_asset_job(

@@ -1,0 +1,274 @@
+"""Semantic matches: evaluation items paraphrased in a document, found by static-embedding neighbours of
+document windows (README.md, "Semantic matches"). Pure functions and one index class; no Dagster.
+
+Windows: runs of `window_words` normalised words every `stride_words` words, cut from the original text by
+the words' character spans. Each window and each item is embedded with `assets.embeddings.embed` (wordllama,
+L2-normalised), and a window's score for an item is its cosine similarity minus the item's background level:
+the mean of the item's `background_k` highest similarities to windows of reference text that contains no
+benchmark (the Wikipedia excerpt shipped in data/corpus, even paragraph runs). Raw cosine measures topic: a
+short MMLU question about the Supreme Court is as close to a Wikipedia paragraph on the court as to its own
+paraphrase. Subtracting what the item already scores against clean text on its topic leaves what is specific
+to the item (tests/quarantine/test_semantic.py, bench/semantic_quarantine.py).
+"""
+
+from __future__ import annotations
+
+import lzma
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from assets.quarantine.ngrams import Match, NormalisedText, normalise_words
+
+DEFAULT_THRESHOLD = 0.26  # measured: bench/semantic_quarantine.py (calibration half), see README.md
+DEFAULT_WINDOW_WORDS = 32
+DEFAULT_STRIDE_WORDS = 8
+DEFAULT_MIN_WORDS = 16  # shorter documents (and items) embed too few words to say what they are about
+DEFAULT_BACKGROUND_K = 5
+DEFAULT_BACKGROUND_STRIDE = 16
+DEFAULT_BATCH_WINDOWS = 2048  # windows embedded and scored at once: bounds memory to batch x items floats
+
+REFERENCE_TEXT = Path(__file__).resolve().parents[2] / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
+
+Embed = Callable[[list[str]], np.ndarray]
+
+
+def _default_embed(texts: list[str]) -> np.ndarray:
+    from assets.embeddings import embed  # loads wordllama on first use only
+
+    return embed(texts)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A run of a document's words: which document, first and last word, and its character span."""
+
+    doc: int
+    first: int
+    last: int
+    char_start: int
+    char_end: int
+
+
+def window_starts(n_words: int, size: int, stride: int, min_words: int) -> list[int]:
+    """First word of each window of a text of `n_words` words: every `stride` words, the last one flush with the
+    end; one window of the whole text when it is shorter than `size`; none below `min_words`."""
+    if size < 1 or stride < 1:
+        raise ValueError(f"window size and stride must be >= 1 words, got size={size}, stride={stride}")
+    if n_words < min_words or n_words == 0:
+        return []
+    last = max(0, n_words - size)
+    starts = list(range(0, last + 1, stride))
+    if starts[-1] != last:
+        starts.append(last)
+    return starts
+
+
+def windows(
+    norm: NormalisedText,
+    doc: int = 0,
+    size: int = DEFAULT_WINDOW_WORDS,
+    stride: int = DEFAULT_STRIDE_WORDS,
+    min_words: int = DEFAULT_MIN_WORDS,
+) -> list[Window]:
+    """The document's windows (`norm` from `normalise_words`), in order."""
+    out = []
+    for s in window_starts(len(norm), size, stride, min_words):
+        e = min(len(norm), s + size) - 1
+        out.append(Window(doc, s, e, int(norm.starts[s]), int(norm.ends[e])))
+    return out
+
+
+def embed_batched(texts: Sequence[str], embed: Embed, batch: int = DEFAULT_BATCH_WINDOWS) -> np.ndarray:
+    """Embeddings of `texts`, `batch` at a time (float32, one row per text)."""
+    parts = [np.asarray(embed(list(texts[i : i + batch])), dtype=np.float32) for i in range(0, len(texts), batch)]
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+
+def top_k_mean(queries: np.ndarray, keys: np.ndarray, k: int, block: int = 1024) -> np.ndarray:
+    """For each query row, the mean of its `k` highest dot products with the key rows (blocked over queries)."""
+    if len(keys) == 0:
+        return np.zeros(len(queries), dtype=np.float32)
+    k = min(k, len(keys))
+    out = np.empty(len(queries), dtype=np.float32)
+    for b in range(0, len(queries), block):
+        sims = queries[b : b + block] @ keys.T
+        out[b : b + block] = -np.partition(-sims, k - 1, axis=1)[:, :k].mean(axis=1)
+    return out
+
+
+def reference_runs(path: Path = REFERENCE_TEXT, max_chars: int = 2500) -> list[str]:
+    """The reference text (Wikipedia excerpt, one `<doc>` per article) cut into runs of whole paragraphs of up to
+    `max_chars` characters, in file order."""
+    if not path.is_file():
+        raise FileNotFoundError(f"semantic quarantine: reference text {path} is missing; it ships in data/corpus")
+    runs: list[str] = []
+    current: list[str] = []
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("<doc") or line == "</doc>":
+                if current:
+                    runs.append("\n".join(current))
+                current = []
+            elif line:
+                if current and sum(len(p) for p in current) + len(line) > max_chars:
+                    runs.append("\n".join(current))
+                    current = []
+                current.append(line)
+    return runs
+
+
+def background_texts() -> list[str]:
+    """Clean text the items' background levels are measured on: the even reference runs (the odd ones are kept
+    apart for measuring false positives)."""
+    return reference_runs()[0::2]
+
+
+def window_texts(texts: Sequence[str], size: int, stride: int, min_words: int) -> list[str]:
+    """Every window of every text, as the text it covers."""
+    out = []
+    for t in texts:
+        out += [t[w.char_start : w.char_end] for w in windows(normalise_words(t), 0, size, stride, min_words)]
+    return out
+
+
+@lru_cache(maxsize=2)
+def default_background(window_words: int, stride_words: int, min_words: int) -> np.ndarray:
+    """Embeddings of the windows of `background_texts()` (computed once per process: every benchmark's index
+    measures its items against the same clean windows)."""
+    emb = embed_batched(window_texts(background_texts(), window_words, stride_words, min_words), _default_embed)
+    emb.setflags(write=False)
+    return emb
+
+
+class SemanticIndex:
+    """Item embeddings and their background levels; `find_batch` scores document windows against them."""
+
+    def __init__(
+        self,
+        embeddings: np.ndarray,
+        background: np.ndarray,
+        matchable: np.ndarray,
+        *,
+        threshold: float,
+        window_words: int,
+        stride_words: int,
+        min_words: int,
+        batch_windows: int,
+        embed: Embed,
+    ):
+        self.embeddings = embeddings  # float32 (items x dim), L2-normalised
+        self.background = background  # float32 per item: mean of its top-k similarities to clean windows
+        self.matchable = matchable  # bool per item: long enough to be matched semantically
+        self.threshold = threshold
+        self.window_words = window_words
+        self.stride_words = stride_words
+        self.min_words = min_words
+        self.batch_windows = batch_windows
+        self.embed = embed
+
+    @classmethod
+    def build(
+        cls,
+        items: Sequence[str | object],
+        *,
+        threshold: float = DEFAULT_THRESHOLD,
+        window_words: int = DEFAULT_WINDOW_WORDS,
+        stride_words: int = DEFAULT_STRIDE_WORDS,
+        min_words: int = DEFAULT_MIN_WORDS,
+        background: Sequence[str] | None = None,
+        background_k: int = DEFAULT_BACKGROUND_K,
+        background_stride: int = DEFAULT_BACKGROUND_STRIDE,
+        batch_windows: int = DEFAULT_BATCH_WINDOWS,
+        embed: Embed | None = None,
+    ) -> SemanticIndex:
+        """Embed items (`EvalItem`s or texts; item_index = position) and measure each one's background level on
+        the windows of `background` (default: `background_texts()`)."""
+        if not 0.0 < threshold < 2.0:
+            raise ValueError(f"semantic threshold is a cosine margin in (0, 2), got {threshold}")
+        embed = embed or _default_embed
+        texts = [i if isinstance(i, str) else i.text for i in items]
+        matchable = np.array([len(normalise_words(t)) >= min_words for t in texts], dtype=bool)
+        emb = embed_batched(texts, embed, batch_windows)
+        if background is None and embed is _default_embed:
+            bg = default_background(window_words, background_stride, min_words)
+        else:
+            bg_windows = window_texts(
+                background_texts() if background is None else background, window_words, background_stride, min_words
+            )
+            bg = embed_batched(bg_windows, embed, batch_windows)
+        return cls(
+            emb,
+            top_k_mean(emb, bg, background_k) if len(emb) else np.zeros(0, dtype=np.float32),
+            matchable,
+            threshold=threshold,
+            window_words=window_words,
+            stride_words=stride_words,
+            min_words=min_words,
+            batch_windows=batch_windows,
+            embed=embed,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the index arrays, in bytes."""
+        return self.embeddings.nbytes + self.background.nbytes + self.matchable.nbytes
+
+    def scores(self, window_embeddings: np.ndarray) -> np.ndarray:
+        """(windows x items) scores: cosine similarity minus the item's background level."""
+        return window_embeddings @ self.embeddings.T - self.background[None, :]
+
+    def doc_item_max(self, texts: Sequence[str]) -> np.ndarray:
+        """(texts x items) best window score of each item in each text (-inf without windows); for measuring
+        thresholds, not for screening (it holds a float per text and item)."""
+        out = np.full((len(texts), len(self.embeddings)), -np.inf, dtype=np.float32)
+        wins: list[Window] = []
+        for d, t in enumerate(texts):
+            wins += windows(normalise_words(t), d, self.window_words, self.stride_words, self.min_words)
+        for b in range(0, len(wins), self.batch_windows):
+            block = wins[b : b + self.batch_windows]
+            s = self.scores(self.embed([texts[w.doc][w.char_start : w.char_end] for w in block]))
+            s[:, ~self.matchable] = -np.inf
+            np.maximum.at(out, np.array([w.doc for w in block]), s)
+        return out
+
+    def find_batch(self, texts: Sequence[str], found: Sequence[Sequence[Match]] | None = None) -> list[list[Match]]:
+        """Semantic matches of each text, one Match per item (its best window, score >= threshold) by item
+        index. `found[d]`: matches already found in text d by n-grams or near matching; their items are not
+        reported again, and windows overlapping their spans are not scored (a copied item is not evidence of a
+        paraphrase of its neighbours: GSM8K problems all look alike). Windows are embedded and scored
+        `batch_windows` at a time."""
+        wins: list[Window] = []
+        for d, t in enumerate(texts):
+            spans = [(m.char_start, m.char_end) for m in found[d]] if found is not None else []
+            wins += [
+                w
+                for w in windows(normalise_words(t), d, self.window_words, self.stride_words, self.min_words)
+                if not any(w.char_start < end and start < w.char_end for start, end in spans)
+            ]
+        best: dict[tuple[int, int], tuple[float, int]] = {}  # (doc, item) -> (score, window)
+        for b in range(0, len(wins), self.batch_windows):
+            block = wins[b : b + self.batch_windows]
+            emb = np.asarray(self.embed([texts[w.doc][w.char_start : w.char_end] for w in block]), dtype=np.float32)
+            s = self.scores(emb)
+            s[:, ~self.matchable] = -np.inf
+            rows, cols = np.nonzero(s >= self.threshold)
+            for r, c in zip(rows.tolist(), cols.tolist()):
+                key, score = (block[r].doc, c), float(s[r, c])
+                if key not in best or score > best[key][0]:
+                    best[key] = (score, b + r)
+        skip = [{m.item_index for m in f} for f in found] if found is not None else None
+        out: list[list[Match]] = [[] for _ in texts]
+        for (d, item), (score, w) in sorted(best.items()):
+            if skip is not None and item in skip[d]:
+                continue
+            out[d].append(Match(item, "semantic", score, wins[w].char_start, wins[w].char_end))
+        return out
+
+    def find(self, text: str, found: Sequence[Match] = ()) -> list[Match]:
+        """Semantic matches of one text (see `find_batch`)."""
+        return self.find_batch([text], [found])[0]

@@ -1,0 +1,128 @@
+"""Semantic quarantine: paraphrased benchmark items (written for this test, committed with their originals) are
+found when injected into real documents, clean reference text is rarely flagged, and the exact and near
+matches of a screening are the same with semantic matching on or off."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from assets.quarantine import decontaminate, semantic
+from assets.quarantine.benchmarks import GSM8K, load_items, read_benchmark
+from assets.quarantine.decontaminate import MatchParams
+from iceberg_catalog.schemas import QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES
+from tests.tokenized.partitions import PROVENANCE, curated_rows, write_curated
+
+REPO = Path(__file__).resolve().parents[2]
+PARAPHRASES = REPO / "data" / "benchmarks" / "paraphrases" / "paraphrases.jsonl"
+RECALL, FP_RATE = 0.8, 0.01
+
+
+def paraphrases(half: str | None = None) -> list[dict]:
+    with open(PARAPHRASES, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if half is None or r["half"] == half]
+
+
+def inject(rows: list[dict], hosts: list[str], seed: int = 19) -> list[str]:
+    """Each paraphrase inserted at a whitespace position of a seeded random host document."""
+    rng = random.Random(seed)
+    out = []
+    for r in rows:
+        host = hosts[rng.randrange(len(hosts))]
+        at = rng.choice([i for i, ch in enumerate(host) if ch.isspace()] or [len(host)])
+        out.append(host[:at] + " " + r["paraphrase"] + " " + host[at:])
+    return out
+
+
+@pytest.fixture(scope="module")
+def clean_heldout() -> list[str]:
+    """Reference text never used as background nor for choosing the threshold: Wikipedia runs 3, 7, 11, ..."""
+    return semantic.reference_runs()[3::4]
+
+
+def test_the_paraphrase_set_is_real_items_reworded():
+    rows = paraphrases()
+    shipped = {i.item_id: i.text for i in load_items()}
+    assert len(rows) >= 40 and len({r["item_id"] for r in rows}) == len(rows)
+    assert {r["benchmark"] for r in rows} == {"gsm8k", "mmlu_redux", "humaneval"}
+    assert sum(r["half"] == "heldout" for r in rows) == sum(r["half"] == "calibration" for r in rows)
+    for r in rows:
+        assert shipped[r["item_id"]] == r["original"], r["item_id"]
+        assert r["paraphrase"].strip() and r["paraphrase"] != r["original"]
+
+
+def test_windows_cover_the_text_with_full_windows():
+    assert semantic.window_starts(10, 32, 8, 16) == []
+    assert semantic.window_starts(20, 32, 8, 16) == [0]
+    assert semantic.window_starts(50, 32, 8, 16) == [0, 8, 16, 18]
+    for n in range(16, 200, 7):
+        starts = semantic.window_starts(n, 32, 8, 16)
+        assert starts[0] == 0 and min(n, starts[-1] + 32) == n
+        assert all(0 < b - a <= 8 for a, b in zip(starts, starts[1:]))
+    text = "one two three, four five!"
+    [w] = semantic.windows(semantic.normalise_words(text), 3, size=32, stride=8, min_words=2)
+    assert (w.doc, w.first, w.last, text[w.char_start : w.char_end]) == (3, 0, 4, "one two three, four five")
+
+
+def test_top_k_mean_is_the_mean_of_the_k_best():
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(7, 5)).astype(np.float32), rng.normal(size=(40, 5)).astype(np.float32)
+    expected = np.sort(q @ k.T, axis=1)[:, -3:].mean(axis=1)
+    np.testing.assert_allclose(semantic.top_k_mean(q, k, 3, block=2), expected, rtol=1e-5)
+
+
+def test_heldout_paraphrases_are_found(clean_heldout):
+    # an item's score depends only on the item and its background, so indexing just the paraphrased items
+    # gives the same per-item decisions as indexing the whole benchmark
+    rows = paraphrases("heldout")
+    index = semantic.SemanticIndex.build([r["original"] for r in rows])
+    found = index.find_batch(inject(rows, clean_heldout))
+    hits = [any(m.item_index == i for m in found[i]) for i in range(len(rows))]
+    assert sum(hits) / len(rows) >= RECALL, [r["item_id"] for r, h in zip(rows, hits) if not h]
+    for matches in found:
+        for m in matches:
+            assert m.kind == "semantic" and m.score >= index.threshold and m.char_end > m.char_start
+
+
+@pytest.mark.slow
+def test_clean_reference_text_is_rarely_flagged_by_any_item(clean_heldout):
+    index = semantic.SemanticIndex.build(load_items())
+    flagged = [d for d, m in enumerate(index.find_batch(clean_heldout)) if m]
+    assert len(flagged) / len(clean_heldout) <= FP_RATE, len(flagged)
+
+
+def screen(lakehouse, params: MatchParams) -> tuple[list[dict], decontaminate.Screening]:
+    pins = lakehouse.snapshot_ids(decontaminate.UPSTREAM)
+    items = decontaminate.pinned_items(lakehouse, "gsm8k", pins[QUARANTINE_EVAL_ITEMS.identifier])
+    tasks = decontaminate.plan(lakehouse, items, "TEST-CRAWL", "seg-1", pins, params, uuid.uuid4().hex)
+    results = [decontaminate.run_task(t) for t in tasks]
+    decontaminate.commit(lakehouse, "gsm8k", "TEST-CRAWL", "seg-1", results, pins, PROVENANCE)
+    return lakehouse.scan(QUARANTINE_MATCHES).to_pylist(), decontaminate.Screening.of(results)
+
+
+def test_semantic_matches_are_rows_beside_unchanged_exact_and_near_ones(lakehouse, clean_heldout):
+    items = read_benchmark(GSM8K)
+    gsm = [r for r in paraphrases() if r["benchmark"] == "gsm8k"]
+    docs = clean_heldout[:12]
+    docs[2] = docs[2] + "\n" + items[0].text  # verbatim: an n-gram match, never also a semantic one
+    docs[5] = inject(gsm[:1], [docs[5]])[0]  # a paraphrase
+    docs[9] = items[11].text.upper().replace(",", "") + "\n" + docs[9]  # light edit
+    write_curated(lakehouse, curated_rows(docs, "TEST-CRAWL", "seg-1"), 3)
+    writer = lakehouse.writer(QUARANTINE_EVAL_ITEMS, {"benchmark": "gsm8k"})
+    writer.write(decontaminate.eval_item_rows(items))
+    writer.commit(PROVENANCE)
+
+    without, _ = screen(lakehouse, MatchParams(semantic=False))
+    with_semantic, screening = screen(lakehouse, MatchParams(files_per_slice=2))
+    assert [r for r in with_semantic if r["kind"] != "semantic"] == without
+    semantic_rows = [r for r in with_semantic if r["kind"] == "semantic"]
+    assert ("d005", gsm[0]["item_id"]) in {(r["doc_id"], r["item_id"]) for r in semantic_rows}
+    assert not {(r["doc_id"], r["item_id"]) for r in semantic_rows} & {(r["doc_id"], r["item_id"]) for r in without}
+    assert screening.kinds["semantic"] == len(semantic_rows) and screening.kinds["ngram"] >= 1
+    assert screening.semantic_examples[0][0] == semantic_rows[0]["doc_id"]
