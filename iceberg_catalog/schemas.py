@@ -387,8 +387,8 @@ QUARANTINE_MATCHES = TableDef(
         (3, "segment", StringType(), True),
         (4, "benchmark", StringType(), True),
         (5, "item_id", StringType(), True),
-        (6, "kind", StringType(), True),  # "ngram" (exact 13-gram overlap) | "near" (aligned windows)
-        (7, "overlap_fraction", DoubleType(), True),  # share of the item's n-grams (ngram) or similarity (near)
+        (6, "kind", StringType(), True),  # "ngram" (exact 13-gram overlap) | "near" (aligned windows) | "semantic"
+        (7, "overlap_fraction", DoubleType(), True),  # n-gram share, similarity (near), margin (semantic)
         (8, "char_start", LongType(), True),  # span in curated.documents.text
         (9, "char_end", LongType(), True),
         (10, "decision", StringType(), True),  # always "eval_contaminated"
