@@ -21,9 +21,19 @@ import pytest
 
 from assets.governance import policies, proposals
 from assets.governance.provenance import provenance
-from iceberg_catalog import Lakehouse
+from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.digest import lakehouse_digest
-from iceberg_catalog.schemas import CURATED_DOCUMENTS, TABLES
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    CURATED_EXACT_DUPLICATES,
+    DEDUP_MINHASH_BANDS,
+    DEDUP_MINHASH_SIGNATURES,
+    DEDUP_NEAR_DUPLICATES,
+    QUARANTINE_MATCHES,
+    RUN_VIEW_SAMPLES,
+    TABLES,
+    TOKENIZED_DOCUMENTS,
+)
 from tests.orchestration.dagster_server import dagster_server, graphql
 from tests.run_view.browser import launch_from_launchpad, missing_browser
 from tests.run_view.test_browser_publish import RUN, run_demo
@@ -38,6 +48,31 @@ PROPOSER, REVIEWER = "agent:threshold-tuner", "alice-in-the-browser"
 def curated_digests(lakehouse: Lakehouse) -> dict:
     digest = lakehouse_digest(lakehouse)
     return {ident: digest[ident] for ident in TABLES if ident.startswith(f"{CURATED_DOCUMENTS.namespace}.")}
+
+
+# every table whose rows derive from curation's decisions: each snapshot the pipeline writes names a version
+DERIVED = (
+    CURATED_DOCUMENTS,
+    CURATED_EXACT_DUPLICATES,
+    DEDUP_MINHASH_BANDS,
+    DEDUP_MINHASH_SIGNATURES,
+    DEDUP_NEAR_DUPLICATES,
+    TOKENIZED_DOCUMENTS,
+    QUARANTINE_MATCHES,
+    RUN_VIEW_SAMPLES,
+)
+
+
+def versions_on_snapshots(lakehouse: Lakehouse) -> dict[str, dict[str, int]]:
+    """{table: {tokenlake.policy-version: snapshots}} over the pipeline's snapshots of the derived tables."""
+    out: dict[str, dict[str, int]] = {}
+    for t in DERIVED:
+        for snap in lakehouse.table(t).snapshots():
+            props = Provenance.from_snapshot_summary(snap.summary.additional_properties)
+            if "asset-key" in props:
+                seen = out.setdefault(t.identifier, {})
+                seen[props.get("policy-version", "")] = seen.get(props.get("policy-version", ""), 0) + 1
+    return out
 
 
 def launchpad_yaml(config: dict) -> str:
@@ -82,6 +117,11 @@ def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_
         for s in lakehouse.table(CURATED_DOCUMENTS).snapshots()
     }
     assert demo_versions == {"thresholds/0"}  # the demo's curation ran under the code's defaults, and says so
+    demo_stamps = versions_on_snapshots(lakehouse)
+    print(f"\nversions on the demo's snapshots: {demo_stamps}")
+    assert set(demo_stamps) == {t.identifier for t in DERIVED}
+    for ident, seen in demo_stamps.items():  # every snapshot names a version; all derive from thresholds/0
+        assert all("thresholds/0" in v.split(",") for v in seen), (ident, seen)
 
     pid = job(
         "propose_policy",
@@ -136,6 +176,10 @@ def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_
     assert stamped == set(report["partitions"])
     doc = provenance(lakehouse, doc_id=predicted["to_kept"][0])[0]
     assert doc["curated"]["kept"] and doc["decided_by_policy"]["policy_version"] == "thresholds/1"
+    applied_stamps = versions_on_snapshots(lakehouse)
+    for t in (CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES):  # re-materialised under the new version
+        new = applied_stamps[t.identifier].get("thresholds/1", 0) - demo_stamps[t.identifier].get("thresholds/1", 0)
+        assert new >= 1, (t.identifier, applied_stamps[t.identifier])
     after_apply = curated_digests(lakehouse)
     assert after_apply[CURATED_DOCUMENTS.identifier] != before[CURATED_DOCUMENTS.identifier]
 
@@ -156,6 +200,9 @@ def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_
     assert restored == before
     doc = provenance(lakehouse, doc_id=predicted["to_kept"][0])[0]
     assert not doc["curated"]["kept"] and doc["decided_by_policy"]["policy_version"] == "thresholds/0"
+    final_stamps = versions_on_snapshots(lakehouse)
+    assert all(v for seen in final_stamps.values() for v in seen), final_stamps  # no snapshot without a version
+    print(f"versions on every snapshot after the rollback: {final_stamps}")
     print(
         f"\npolicy end to end: {THRESHOLD} -> {VALUE}; predicted {len(predicted['to_kept'])} to kept, "
         f"{len(predicted['to_dropped'])} to dropped; actual {len(applied['actual_flips']['to_kept'])} to kept, "
