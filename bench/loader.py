@@ -240,9 +240,11 @@ def time_batches(batches, steps: int, consumer_s_per_token: float = 0.0) -> dict
         tokens += n
         if first_end is None:
             first_tokens, first_wait, first_end = n, wait, time.perf_counter() - t0
+            cpu0 = time.process_time()  # CPU of every thread of this process from here (not of worker processes)
         if consumer_s_per_token:
             time.sleep(n * consumer_s_per_token)
     seconds = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0
     close = getattr(it, "close", None)
     if close is not None:
         close()
@@ -256,6 +258,9 @@ def time_batches(batches, steps: int, consumer_s_per_token: float = 0.0) -> dict
         "first_s": first_end,
         "steady_tokens_per_s": (tokens - first_tokens) / steady_s,
         "steady_wait_fraction": (wait - first_wait) / steady_s,
+        # CPU-seconds per token after the first batch, all threads of this process: what load on a shared
+        # machine does not change (wall-clock rates there also depend on how much of a core each side got)
+        "steady_cpu_ns_per_token": cpu_s / (tokens - first_tokens) * 1e9,
     }
 
 
@@ -560,6 +565,7 @@ def run_bench(work: Path, args) -> int:
         "| reader | tokens/s per worker (after 1st batch) | ms/step | 1st batch ms | all steps tokens/s "
         "| vs memmap | vs Mosaic |\n|---|---:|---:|---:|---:|---:|---:|"
     )
+    print(f"load average (1 min) on this machine after section 1: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for name, rs in rows.items():
         tps = med(rs, key)
         vs_mosaic = f"{tps / mos:.2f}x" if mos else "-"
@@ -660,6 +666,11 @@ def run_bench(work: Path, args) -> int:
             "tokens_per_s": med(rows["ours"], key),
             "memmap_tokens_per_s": base,
             "ratio_vs_memmap": med(rows["ours"], key) / base,
+            "cpu_ns_per_token": med(rows["ours"], "steady_cpu_ns_per_token"),
+            "memmap_cpu_ns_per_token": med(rows["memmap"], "steady_cpu_ns_per_token"),
+            "cpu_ratio_vs_memmap": med(rows["memmap"], "steady_cpu_ns_per_token")
+            / med(rows["ours"], "steady_cpu_ns_per_token"),
+            "load_average_1m": os.getloadavg()[0],
             "worker_tokens_per_s": med(rows["ours 2 workers"], key),
             "worker_ratio_vs_in_process": med(rows["ours 2 workers"], key) / med(rows["ours"], key),
             "prefetch4_tokens_per_s": med(rows["ours+prefetch4"], key),

@@ -59,6 +59,7 @@ def run_loader(bundle: Path, props: dict | None, steps: int, args, cache: Path |
         batches.append({"step": b["step"], "sample_indices": b["sample_indices"]})
         if first is None:
             first = time.perf_counter()
+            cpu0 = time.process_time()  # every thread of this process (read-ahead, prefetch), after the first batch
         else:
             tokens += int(b["input_ids"].numel())
         if cache is not None and len(batches) % 4 == 0:
@@ -68,10 +69,12 @@ def run_loader(bundle: Path, props: dict | None, steps: int, args, cache: Path |
         if len(batches) == steps:
             break
     end = time.perf_counter()
+    cpu_s = time.process_time() - cpu0
     m = data.metrics()
     return {
         "tokens_per_s": tokens / (end - first) if end > first else None,
         "first_batch_s": first - t0,
+        "cpu_ns_per_token": cpu_s / tokens * 1e9 if tokens else None,
         "seconds": end - t0,
         "digest": served_digest(batches),
         "batches": len(batches),
@@ -146,7 +149,8 @@ def run_bench(work: Path, args) -> int:
         print("\n## 1. local files vs SeaweedFS S3 through the node cache")
         print(
             "| path | tokens/s (after 1st batch) | vs local | 1st batch s | cache hit rate | fetches | "
-            "fetch p50 ms | p95 ms | p99 ms | retries |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "fetch p50 ms | p95 ms | p99 ms | retries | CPU ns/token |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         )
         for name, r in (("local files", local), ("S3 cold", cold), ("S3 warm", warm)):
             ms = [f"{r[k] * 1000:.1f}" if r.get(k) is not None else "-" for k in ("fetch_latency_p50",
@@ -154,7 +158,8 @@ def run_bench(work: Path, args) -> int:
             rate = "-" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.2f}"
             print(
                 f"| {name} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / local['tokens_per_s']:.2f}x | "
-                f"{r['first_batch_s']:.2f} | {rate} | {r['fetches']} | {' | '.join(ms)} | {r['retries']} |"
+                f"{r['first_batch_s']:.2f} | {rate} | {r['fetches']} | {' | '.join(ms)} | {r['retries']} | "
+                f"{r['cpu_ns_per_token']:.1f} |"
             )
 
         # 2. the store 10x slower ------------------------------------------------------------------------------
@@ -196,6 +201,10 @@ def run_bench(work: Path, args) -> int:
         "s3_warm_tokens_per_s": warm["tokens_per_s"],
         "s3_cold_ratio_vs_local": cold["tokens_per_s"] / local["tokens_per_s"],
         "s3_warm_ratio_vs_local": warm["tokens_per_s"] / local["tokens_per_s"],
+        "local_cpu_ns_per_token": local["cpu_ns_per_token"],
+        "s3_cold_cpu_ns_per_token": cold["cpu_ns_per_token"],
+        "s3_warm_cpu_ns_per_token": warm["cpu_ns_per_token"],
+        "load_average_1m": os.getloadavg()[0],
         "cold_cache_hit_rate": cold["cache_hit_rate"],
         "warm_cache_hit_rate": warm["cache_hit_rate"],
         "fetch_latency_p50_s": cold["fetch_latency_p50"],
