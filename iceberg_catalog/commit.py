@@ -45,6 +45,7 @@ PROPERTY_PREFIX = "tokenlake."
 # tokenlake.policy-version: every policy version (`<kind>/<version>`, sorted, comma-joined) a snapshot was written
 # under: the writer's own (Provenance.extra) and those of the upstream snapshots it read (commit_partition).
 POLICY_VERSION = "policy-version"
+CARRIED_POLICY_VERSIONS = "partition-policy-versions"  # on deletion snapshots: {partitions: {key: versions}, ...}
 
 
 def config_hash(config: Mapping[str, object]) -> str:
@@ -100,28 +101,50 @@ def join_policy_versions(own: str | None, inherited: Iterable[str]) -> str:
     return ",".join(sorted(mine | {x for x in inherited if x and x.split("/")[0] not in kinds}))
 
 
+def policy_versions_by_partition(table: Table, snapshot_id: int | None) -> tuple[dict[str, str], set[str]]:
+    """Walking back from `snapshot_id`: per partition key the policy versions of the newest pipeline snapshot
+    that wrote it, and the versions of the deletion snapshots on the way. A deletion snapshot carries the map of
+    what it kept (CARRIED_POLICY_VERSIONS: the snapshots before it are expired by the deletion), so the walk
+    ends there."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    latest: dict[str, str] = {}
+    deletions: set[str] = set()
+    snap = by_id.get(snapshot_id) if snapshot_id is not None else None
+    while snap is not None:
+        props = Provenance.from_snapshot_summary(snap.summary.additional_properties if snap.summary else {})
+        if "deletion-request-id" in props:
+            deletions.add(props.get(POLICY_VERSION, ""))
+            if CARRIED_POLICY_VERSIONS in props:
+                carried = json.loads(props[CARRIED_POLICY_VERSIONS])
+                for key, value in carried["partitions"].items():
+                    latest.setdefault(key, value)
+                deletions |= set(carried["deletions"])
+                break
+        elif "asset-key" in props:
+            latest.setdefault(props.get("partition-key", ""), props.get(POLICY_VERSION, ""))
+        snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return latest, {d for d in deletions if d}
+
+
+def carried_policy_versions(table: Table) -> dict[str, str]:
+    """The snapshot property a deletion commit of `table` carries: the policy versions of what it keeps."""
+    snap = table.current_snapshot()
+    latest, deletions = policy_versions_by_partition(table, snap.snapshot_id if snap else None)
+    blob = json.dumps({"partitions": latest, "deletions": sorted(deletions)}, sort_keys=True)
+    return {PROPERTY_PREFIX + CARRIED_POLICY_VERSIONS: blob}
+
+
 def inherited_policy_versions(catalog: Catalog, provenance: Provenance) -> set[str]:
-    """The policy versions on what a write read: per upstream table, walking back from the pinned snapshot, the
-    labels of the newest pipeline snapshot of each partition key (only the partitions that this write's
-    partition key names, when the upstream has such a partition), plus every deletion snapshot's."""
+    """The policy versions on what a write read: per upstream table at the pinned snapshot, those of each
+    partition (only the partitions that this write's partition key names, when the upstream has such a
+    partition) and of every deletion (`policy_versions_by_partition`)."""
     own = provenance.partition_key or ""
     own_parts = {own, *own.split("|")}
     out: set[str] = set()
     for ident, sid in sorted(provenance.upstream_snapshot_ids.items()):
         if sid is None or ident not in TABLES:
             continue
-        table = catalog.load_table(ident)
-        by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
-        latest: dict[str, str] = {}
-        deletions: set[str] = set()
-        snap = by_id.get(sid)
-        while snap is not None:
-            props = Provenance.from_snapshot_summary(snap.summary.additional_properties if snap.summary else {})
-            if "deletion-request-id" in props:
-                deletions.add(props.get(POLICY_VERSION, ""))
-            elif "asset-key" in props:
-                latest.setdefault(props.get("partition-key", ""), props.get(POLICY_VERSION, ""))
-            snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        latest, deletions = policy_versions_by_partition(catalog.load_table(ident), sid)
         relevant = [v for k, v in latest.items() if k in own_parts] or list(latest.values())
         out |= {x for v in [*relevant, *deletions] for x in v.split(",") if x}
     return out

@@ -28,7 +28,7 @@ from pyiceberg.expressions import EqualTo
 from assets.curated.pipeline import CurateParams
 from assets.curated.quality import QualityThresholds
 from iceberg_catalog import Lakehouse, Provenance, tokenlake_home
-from iceberg_catalog.commit import POLICY_VERSION
+from iceberg_catalog.commit import CARRIED_POLICY_VERSIONS, POLICY_VERSION
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_POLICIES
 
 KINDS = ("thresholds", "mixture", "deletion")
@@ -334,6 +334,14 @@ def decided_by(lakehouse: Lakehouse, crawl: str, segment: str) -> dict:
                 "policy_sha256": props.get(SHA_PROPERTY),
                 "snapshot_id": snap.snapshot_id,
                 "dagster_run_id": props.get("dagster-run-id"),
+            }
+        carried = json.loads(props.get(CARRIED_POLICY_VERSIONS, "{}")).get("partitions", {})
+        if partition_key in carried:  # a deletion expired the writing snapshot; it carries what that one said
+            return {
+                "policy_version": carried[partition_key] or "unstamped (written before policies)",
+                "policy_sha256": None,
+                "snapshot_id": snap.snapshot_id,
+                "carried_by_deletion": props.get("deletion-request-id"),
             }
         snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     return {"policy_version": "unknown (the writing snapshot was expired)", "policy_sha256": None}

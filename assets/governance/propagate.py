@@ -14,7 +14,7 @@ from pyiceberg.expressions import AlwaysFalse, In
 from assets.governance.requests import LineageKeys, load_request, policy_version_of, resolve, write_request_row
 from assets.run_view import store
 from iceberg_catalog import Lakehouse, Provenance
-from iceberg_catalog.commit import POLICY_VERSION
+from iceberg_catalog.commit import POLICY_VERSION, carried_policy_versions
 from iceberg_catalog.erasure import ERASURE_KEY, LINEAGE_COLUMNS
 from iceberg_catalog.maintenance import (
     count_matching_in_retained_snapshots,
@@ -113,7 +113,7 @@ def _erase_table(
     report = erase_rows(
         table,
         pred if not isinstance(pred, AlwaysFalse) else None,
-        props.snapshot_properties(),
+        {**props.snapshot_properties(), **carried_policy_versions(table)},  # the history it expires named them
         refs=present,
         catalog_fingerprint=lakehouse.lock_key,
     )

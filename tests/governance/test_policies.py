@@ -281,3 +281,31 @@ def test_a_snapshot_names_the_versions_of_what_it_read_joined_with_its_own(lakeh
     assert written_under(None, {"policy-version": "mixture/2"}) == "mixture/2,thresholds/0,thresholds/1"
     assert written_under(None, {"policy-version": "thresholds/3"}) == "thresholds/3"  # it decided itself
     assert join_policy_versions("", []) == "" and join_policy_versions(None, ["b/1", "a/2"]) == "a/2,b/1"
+
+
+def test_a_deletion_keeps_the_versions_of_the_history_it_expires(lakehouse):
+    """Propagating a deletion expires the snapshots that wrote the partitions; the deletion snapshot carries the
+    versions they named, so provenance and downstream writes still see them."""
+    from assets.governance import propagate
+    from assets.governance.requests import DeletionRequest, record
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES
+
+    rows = document_rows(6)
+    for segment, version in (("CRAWL-A/seg-1", "thresholds/0"), ("CRAWL-B/seg-1", "thresholds/1")):
+        crawl, seg = segment.split("/")
+        writer = lakehouse.writer(CURATED_DOCUMENTS, {"crawl": crawl, "segment": seg})
+        part = [r for r in rows if (r["crawl"], r["segment"]) == (crawl, seg)]
+        writer.write(pa.Table.from_pylist(part, schema=CURATED_DOCUMENTS.arrow_schema))
+        writer.commit(Provenance("curated/documents", segment, "r", "c", "h", {}, {"policy-version": version}))
+    victim = next(r for r in rows if r["crawl"] == "CRAWL-B")
+    rid = record(lakehouse, DeletionRequest("doc_id", victim["doc_id"], "takedown", "legal"), PROV)
+    target = propagate.ErasureTarget("curated/documents", CURATED_DOCUMENTS, ("doc_id", "record_id", "deletion_key"))
+    report = propagate.propagate(lakehouse, rid, [target], PROV)
+    assert report["erased"] and report["tables"][CURATED_DOCUMENTS.identifier]["snapshots_expired"] >= 2
+    assert policies.decided_by(lakehouse, "CRAWL-B", "seg-1")["policy_version"] == "thresholds/1"
+    assert policies.decided_by(lakehouse, "CRAWL-A", "seg-1")["policy_version"] == "thresholds/0"
+    writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {})
+    pins = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
+    writer.commit(Provenance("curated/exact_duplicates", None, "r", "c", "h", pins, {}))
+    snap = lakehouse.table(CURATED_EXACT_DUPLICATES).current_snapshot()
+    assert snap.summary.additional_properties["tokenlake.policy-version"] == "thresholds/0,thresholds/1"
