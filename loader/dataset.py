@@ -431,7 +431,6 @@ class RunViewDataset(IterableDataset):
         self._worker: dict | None = None  # {"id", "num_workers", "next_step"} inside a DataLoader worker
         self.compact = False  # workers yield BatchPlan.read() results (RunViewLoader assembles them)
         self.chunk = 1  # with `compact`: a worker hands over this many consecutive steps as one item
-        self.compact_in_process = False  # with `compact`: the main process yields read() results too
         self.readahead = None  # the active loader.storage.Readahead, when the source reads through a cache
 
     def __getstate__(self) -> dict:
@@ -473,9 +472,8 @@ class RunViewDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # RunViewLoader sets `compact` for its DataLoader workers: they read and verify, the main process
         # assembles (pickling 2 bytes per token instead of 40 in five int64 tensors through shared memory)
-        worker = get_worker_info()
-        compact = self.compact and (worker is not None or self.compact_in_process)
-        if compact and worker is not None and self.chunk > 1:
+        compact = self.compact and get_worker_info() is not None
+        if compact and self.chunk > 1:
             yield from self._iter_chunks()
             return
         readahead = self._readahead()
@@ -483,11 +481,9 @@ class RunViewDataset(IterableDataset):
             for k in self._steps():
                 if readahead is not None:
                     readahead.advance(k)
-                if compact and worker is None:
-                    yield self.plan.read(k, self.rank, self.world_size)
-                elif compact:
+                if compact:
                     batch = self.plan.read(k, self.rank, self.world_size)
-                    batch["reader"], batch["worker"] = self.reader_summary(disk=False), worker.id
+                    batch["reader"], batch["worker"] = self.reader_summary(disk=False), get_worker_info().id
                     yield batch
                 else:
                     yield self.plan.batch(k, self.rank, self.world_size)
@@ -631,8 +627,7 @@ class RunViewLoader:
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         self.dataset._cursor, self.dataset._worker = self._cursor, None
-        self.dataset.compact = self.num_workers > 0 or self.prefetch > 0
-        self.dataset.compact_in_process = self.prefetch > 0
+        self.dataset.compact = self.num_workers > 0
         self.dataset.chunk = WORKER_CHUNK_STEPS
         if self.num_workers == 0:
             return iter(self.dataset)
@@ -647,16 +642,12 @@ class RunViewLoader:
         )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from loader.prefetch import Prefetcher
-
         it = self._batches()
         if self.num_workers:  # workers hand over compact batches; assembling them is the read-ahead thread's job
             it = _assembled(self.plan, it, self._worker_readers)
-        elif self.prefetch:
-            # in process, two read-ahead threads: one reads and verifies (compact batches, ~2 bytes a token), the
-            # other assembles; numpy and pyarrow release the GIL, so on a free core the two stages overlap
-            it = _assembled(self.plan, Prefetcher(it, self.prefetch, name="tokenlake-read"), self._worker_readers)
         if self.prefetch:
+            from loader.prefetch import Prefetcher
+
             it = self.prefetcher = Prefetcher(it, self.prefetch)
         try:
             while True:

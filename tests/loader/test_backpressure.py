@@ -39,17 +39,16 @@ def wait_until(predicate, timeout: float = 20.0) -> None:
 
 
 def counting_batches(data: RunViewLoader) -> list[int]:
-    """Record every global step the loader's plan assembles into a full batch (instrumentation of the real plan,
-    not a stand-in; with read-ahead one thread reads compact batches, ~2 bytes a token, and another assembles)."""
+    """Record every global step the loader's plan builds (instrumentation of the real plan, not a stand-in)."""
     built: list[int] = []
     plan = data.dataset.plan
-    build = plan.assemble
+    build = plan.batch
 
-    def assemble(compact):
-        built.append(compact["step"])
-        return build(compact)
+    def batch(step, rank=0, world_size=1):
+        built.append(step)
+        return build(step, rank, world_size)
 
-    plan.assemble = assemble
+    plan.batch = batch
     return built
 
 
