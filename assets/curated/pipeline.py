@@ -13,7 +13,7 @@ from functools import lru_cache
 from multiprocessing import get_context
 
 from assets.curated.domain import label_domains
-from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, normalise_text, shared_extractor
+from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, shared_extractor
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
 from assets.curated.language_rules import check_rules_table, rules_for
 from assets.curated.perplexity import HEAD_PCT, TAIL_PCT, PerplexityScorer
@@ -168,7 +168,8 @@ class DocumentCurator:
         row["extract_seconds"] = round(ex.seconds, 6)
         if ex.decision is not None:
             return _decide(row, ex.decision, ex.detail)
-        text, counts = redact(normalise_text(ex.text or ""))
+        # the extractor's text is already normalised (normalise_text is idempotent: tests/curated/test_extract.py)
+        text, counts = redact(ex.text or "")
         if not text:
             return _decide(row, "empty", "no text after normalisation")
         row.update({f"pii_{t}_count": n for t, n in counts.items()})
