@@ -161,7 +161,7 @@ def test_a_policy_naming_another_rules_table_is_refused():
 
 def test_the_thresholds_policy_carries_the_switch_and_the_table():
     """The governance policy is built from QualityThresholds: the new fields are in it, and a policy stored
-    before them (without the keys) still loads."""
+    before them (without the keys) still loads, with the English-only rules it was approved under."""
     from assets.governance.policies import thresholds_of, with_thresholds
 
     policy = thresholds_of(CurateParams())
@@ -171,7 +171,9 @@ def test_the_thresholds_policy_carries_the_switch_and_the_table():
         **policy,
         "quality": {k: v for k, v in policy["quality"].items() if k not in ("per_language", "language_rules")},
     }
-    assert with_thresholds(CurateParams(), old) == CurateParams()
+    assert with_thresholds(CurateParams(), old) == dataclasses.replace(
+        CurateParams(), quality=QualityThresholds(per_language=False)
+    )
     off = {**policy, "quality": {**policy["quality"], "per_language": False}}
     assert with_thresholds(CurateParams(), off).quality.per_language is False
 
