@@ -8,11 +8,11 @@ counts as found when the quarantine (n-grams, near matching, semantic neighbours
 Clean documents, none of them about the benchmarks (the even paragraph runs of the Wikipedia excerpt in
 data/corpus are the background the items' levels are measured on, `semantic.background_texts`, and are used
 for nothing else):
-- calibration: the odd runs 1, 5, 9, ...;
-- held-out: the odd runs 3, 7, 11, ... and, with `--curated-home DIR`, the kept curated documents of a
-  lakehouse at DIR (e.g. the sample crawl after `make demo`), reported apart too;
-- out of domain, reported apart (`fp_rate_news`): the ScrapingHub news and navigation texts under tests/
-  (tests/quarantine/injection.py), a genre the Wikipedia background does not cover.
+- calibration: the odd runs 1, 5, 9, ... and the even-numbered ScrapingHub news and navigation texts under
+  tests/ (tests/quarantine/injection.py): web text, a genre the Wikipedia background does not cover;
+- held-out: the odd runs 3, 7, 11, ..., the odd-numbered ScrapingHub texts and, with `--curated-home DIR`, the
+  kept curated documents of a lakehouse at DIR (e.g. the sample crawl after `make demo`); each part is also
+  reported apart.
 A clean document is a false positive when any item is a semantic neighbour of it.
 
 The threshold is chosen on the calibration half: the lowest score margin at which at most `--target-fp` of the
@@ -94,7 +94,7 @@ def choose_threshold(clean_max: np.ndarray, target_fp: float) -> float:
     allowed = int(np.floor(target_fp * len(clean_max)))
     ordered = np.sort(clean_max)[::-1]
     above = ordered[allowed] if allowed < len(ordered) else -np.inf  # the (allowed+1)-th highest must fall below
-    return float(np.ceil((above + 1e-9) * 100) / 100)
+    return round(float(np.ceil((above + 1e-9) * 100) / 100), 2)
 
 
 def measure(curated_home: str | None, target_fp: float) -> dict:
@@ -110,11 +110,11 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
     ngram, near = NgramIndex.build(texts), NearMatchIndex.build(texts)
     build_seconds = time.perf_counter() - t0
 
-    runs = semantic.reference_runs()
-    clean_cal = runs[1::4]
+    runs, news = semantic.reference_runs(), news_documents()
     curated = curated_documents(curated_home) if curated_home else []
-    clean_held = runs[3::4] + curated
-    news = news_documents()
+    clean_cal = runs[1::4] + news[0::2]
+    parts = {"wikipedia": runs[3::4], "news": news[1::2], "curated": curated}
+    clean_held = [d for part in parts.values() for d in part]
     halves = {h: [p for p in paraphrases if p["half"] == h] for h in ("calibration", "heldout")}
     injected = {h: inject(ps, clean_cal if h == "calibration" else clean_held) for h, ps in halves.items()}
 
@@ -140,8 +140,10 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
     held_any, held_sem = found(injected["heldout"], halves["heldout"])
     cal_any, cal_sem = found(injected["calibration"], halves["calibration"])
     held_flags = [bool(m) for m in sem.find_batch(clean_held)]
-    flagged_held, flagged_curated = sum(held_flags), sum(held_flags[len(clean_held) - len(curated) :])
-    flagged_news = sum(bool(m) for m in sem.find_batch(news))
+    flagged_held, flagged_parts, at = sum(held_flags), {}, 0
+    for name, part in parts.items():
+        flagged_parts[name] = sum(held_flags[at : at + len(part)])
+        at += len(part)
     flagged_cal = sum(bool(m) for m in sem.find_batch(clean_cal))
     screen_seconds = time.perf_counter() - t1
     n_held, n_cal = len(halves["heldout"]), len(halves["calibration"])
@@ -155,18 +157,14 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
         "recall": round(held_any / n_held, 3),
         "recall_semantic_only": round(held_sem / n_held, 3),
         "fp_rate": round(flagged_held / len(clean_held), 4),
-        "fp_rate_curated": round(flagged_curated / len(curated), 4) if curated else None,
-        "fp_rate_news": round(flagged_news / len(news), 4),
+        "fp_rate_by_part": {k: round(flagged_parts[k] / len(v), 4) if v else None for k, v in parts.items()},
         "counts": {
             "heldout_paraphrases": n_held,
             "heldout_found": held_any,
             "heldout_found_semantic": held_sem,
             "heldout_clean_documents": len(clean_held),
             "heldout_clean_flagged": flagged_held,
-            "heldout_curated_documents": len(curated),
-            "heldout_curated_flagged": flagged_curated,
-            "news_documents": len(news),
-            "news_flagged": flagged_news,
+            "heldout_clean_by_part": {k: [flagged_parts[k], len(v)] for k, v in parts.items()},
             "calibration_paraphrases": n_cal,
             "calibration_found": cal_any,
             "calibration_found_semantic": cal_sem,
