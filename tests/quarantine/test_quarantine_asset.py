@@ -52,6 +52,9 @@ def test_shipped_benchmarks_are_items(tokenlake_home, instance, reference_lm_fil
     assert items.num_rows == 1319 and set(items["benchmark"].to_pylist()) == {"gsm8k"}
     md = res.asset_materializations_for_node("quarantine__matches")[0].metadata
     assert md["documents_checked"].value > 0 and md["contaminated_documents"].value == 0
+    # counts per kind, the semantic kind included, and a table of semantic examples (empty here)
+    assert [md[f"matches_{k}"].value for k in ("ngram", "near", "semantic")] == [0, 0, 0]
+    assert md["semantic_examples"].value.startswith("| doc_id | item_id | score | document | item |")
     # the screening itself is data: run views read their quarantine coverage from it
     [screening] = Lakehouse().scan(QUARANTINE_SCREENINGS).to_pylist()
     assert (screening["benchmark"], f"{screening['crawl']}/{screening['segment']}") == ("gsm8k", KEY)
