@@ -335,7 +335,8 @@ TOKENIZED_DOCUMENTS = TableDef(
         (11, "language", StringType(), False),  # mixture labels
         (12, "ppl_bucket", StringType(), False),
         (13, "host", StringType(), False),
-        (14, "domain_class", StringType(), False),  # top-level domain of the host
+        (14, "domain_class", StringType(), False),  # curated.documents' classifier label and its confidence
+        (15, "domain_confidence", DoubleType(), False),
     ),
     partition_by=("tokenizer_id", "crawl", "segment"),
     # the loader decodes every token array it serves: plain and uncompressed (iceberg_catalog.commit.parquet_options)

@@ -22,7 +22,6 @@ from assets.tokenized.tokens import (
     check_rows,
     encode_documents,
     load_tokenizer,
-    registered_domain_class,
     tokenizer_from_json,
     tokens_checksum,
 )
@@ -36,7 +35,8 @@ from iceberg_catalog.schemas import (
 )
 
 UPSTREAM = (CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES)
-DOC_COLUMNS = ("doc_id", "record_id", "deletion_key", "crawl", "segment", "text", "language", "ppl_bucket", "host")
+LABEL_COLUMNS = ("language", "ppl_bucket", "host", "domain_class", "domain_confidence")  # mixture labels, as curated
+DOC_COLUMNS = ("doc_id", "record_id", "deletion_key", "crawl", "segment", "text", *LABEL_COLUMNS)
 CHECK_COLUMNS = ("tokenizer_id", "doc_id", "crawl", "segment", "tokens", "token_dtype", "n_tokens", "tokens_sha256")
 
 
@@ -145,8 +145,7 @@ def encode_rows(lt: LoadedTokenizer, docs: Sequence[dict]) -> pa.Table:
             "token_dtype": [lt.info.token_dtype] * n,
             "n_tokens": pa.array([len(a) for a in arrays], pa.int32()),
             "tokens_sha256": [tokens_checksum(d) for d in data],
-            **{c: [d[c] for d in docs] for c in ("language", "ppl_bucket", "host")},
-            "domain_class": [registered_domain_class(d["host"]) for d in docs],
+            **{c: [d[c] for d in docs] for c in LABEL_COLUMNS},
         }
     )
 

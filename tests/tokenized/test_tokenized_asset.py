@@ -108,6 +108,11 @@ def test_tokens_round_trip_counts_and_a_second_tokenizer(pipeline):
     assert sum(r["n_tokens"] for r in rows) == sum(
         len(fresh.encode(t, add_special_tokens=False).ids) + 1 for t in texts.values()
     )
+    # the mixture labels are curated's, the classifier's domain label included
+    labels = ("language", "ppl_bucket", "host", "domain_class", "domain_confidence")
+    curated = {r["doc_id"]: r for r in lakehouse.scan(CURATED_DOCUMENTS, ("doc_id", *labels)).to_pylist()}
+    assert all(r[c] == curated[r["doc_id"]][c] for r in rows for c in labels)
+    assert all(r["domain_class"] is not None and 0 < r["domain_confidence"] <= 1 for r in rows)
     md = results[0].asset_materializations_for_node("tokenized__documents")[0].metadata
     assert md["tokenizer_id"].value == gpt2.info.tokenizer_id
     checks = [e for r in results for e in r.get_asset_check_evaluations()]
