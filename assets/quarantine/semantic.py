@@ -29,6 +29,7 @@ DEFAULT_STRIDE_WORDS = 8
 DEFAULT_MIN_WORDS = 16  # shorter documents (and items) embed too few words to say what they are about
 DEFAULT_BACKGROUND_K = 5
 DEFAULT_BACKGROUND_STRIDE = 16
+SCORE_DECIMALS = 4
 DEFAULT_BATCH_WINDOWS = 2048  # windows embedded and scored at once: bounds memory to batch x items floats
 
 REFERENCE_TEXT = Path(__file__).resolve().parents[2] / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -256,9 +257,13 @@ class SemanticIndex:
             emb = np.asarray(self.embed([texts[w.doc][w.char_start : w.char_end] for w in block]), dtype=np.float32)
             s = self.scores(emb)
             s[:, ~self.matchable] = -np.inf
-            rows, cols = np.nonzero(s >= self.threshold)
+            # scores are rounded to SCORE_DECIMALS before the comparison: float32 sums differ in their last
+            # bits with the batch's shape, and how documents fall into batches depends on the task's slice
+            rows, cols = np.nonzero(s >= self.threshold - 10.0**-SCORE_DECIMALS)
             for r, c in zip(rows.tolist(), cols.tolist()):
-                key, score = (block[r].doc, c), float(s[r, c])
+                key, score = (block[r].doc, c), round(float(s[r, c]), SCORE_DECIMALS)
+                if score < self.threshold:
+                    continue
                 if key not in best or score > best[key][0]:
                     best[key] = (score, b + r)
         skip = [{m.item_index for m in f} for f in found] if found is not None else None
