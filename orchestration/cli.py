@@ -4,8 +4,8 @@ tokenlake tables                      every table: rows, data files, current sna
 tokenlake snapshots TABLE [-n 10]     a table's snapshot history with its provenance properties
 tokenlake digest [--json]             every table's row count and content digest, the run views' samples
                                       digests (equal digests: the same rows, whatever built them)
-tokenlake demo                        the `make demo` pipeline on the sample crawl
-tokenlake run --crawl-root DIR [--force]
+tokenlake demo [--verbose]            the `make demo` pipeline on the sample crawl (--verbose: Dagster's events too)
+tokenlake run --crawl-root DIR [--force] [--verbose]
                                       the same steps on your crawl directory (Common Crawl's layout:
                                       DIR/crawl-data/<CRAWL>/segments/<SEGMENT>/warc/*.warc.gz; default
                                       TOKENLAKE_CRAWL_ROOT); resumable: partitions already materialised by the
@@ -89,17 +89,19 @@ def cmd_digest(args) -> int:
     return 0
 
 
-def cmd_demo(_args) -> int:
-    from orchestration.demo import main
+def cmd_demo(args) -> int:
+    from orchestration import demo
 
-    return main()
+    demo.VERBOSE = args.verbose
+    return demo.main()
 
 
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from orchestration.demo import run_and_report
+    from orchestration import demo
 
+    demo.VERBOSE = args.verbose
     if not args.crawl_root:
         print("give --crawl-root DIR or set TOKENLAKE_CRAWL_ROOT", file=sys.stderr)
         return 2
@@ -111,7 +113,7 @@ def cmd_run(args) -> int:
             file=sys.stderr,
         )
         return 2
-    return run_and_report(resume=not args.force, crawl_root=str(root))
+    return demo.run_and_report(resume=not args.force, crawl_root=str(root))
 
 
 def cmd_runview_list(_args) -> int:
@@ -273,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     digest = sub.add_parser("digest", help="row count and content digest of every table, run view samples digests")
     digest.add_argument("--json", action="store_true", help="one JSON object on one line")
     digest.set_defaults(fn=cmd_digest)
-    sub.add_parser("demo", help="run the pipeline on the sample crawl").set_defaults(fn=cmd_demo)
+    demo = sub.add_parser("demo", help="run the pipeline on the sample crawl")
+    demo.add_argument("--verbose", action="store_true", help="print Dagster's own events too")
+    demo.set_defaults(fn=cmd_demo)
     run = sub.add_parser("run", help="run the pipeline on a crawl directory, skipping what is already done")
     run.add_argument(
         "--crawl-root",
@@ -282,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a directory in Common Crawl's layout (default: TOKENLAKE_CRAWL_ROOT)",
     )
     run.add_argument("--force", action="store_true", help="materialise every partition again")
+    run.add_argument("--verbose", action="store_true", help="print Dagster's own events too")
     run.set_defaults(fn=cmd_run)
     rv = sub.add_parser("runview", help="list, inspect, approve or reject run views").add_subparsers(
         dest="action", required=True

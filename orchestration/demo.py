@@ -6,12 +6,15 @@ replaces each partition; nothing is duplicated. The approval gate is left to a r
 
 from __future__ import annotations
 
+import hashlib
 import sys
-import time
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
+from pyiceberg.expressions import In
 
+from assets.quarantine import registry
 from assets.quarantine.benchmarks import DEFAULT_SOURCES
 from iceberg_catalog import Lakehouse, tokenlake_home
 from iceberg_catalog.schemas import (
@@ -29,8 +32,14 @@ from iceberg_catalog.schemas import (
 )
 from orchestration.flow import STEPS, Step
 from orchestration.instance import prepare_dagster_home
+from orchestration.progress import MeteredExecutorResource, RunMeter, native_stderr_captured
 
 DEMO_TOKENIZER = "gpt2"
+# A canary benchmark: three sentences of a page in the sample crawl (https://commoncrawl.org/faq), so the demo
+# shows a contaminated document being found and kept out of the run view (data/README.md says why it exists).
+CANARY_NAME = "canary"
+CANARY_FILE = Path(__file__).resolve().parent.parent / "data" / "benchmarks" / "canary.jsonl"
+CANARY_FIELDS = ("question", "answer")
 VERBOSE = "--verbose" in sys.argv[1:]  # Dagster's own DEBUG events on the console too
 
 
@@ -51,23 +60,45 @@ def discover_segments(defs: dg.Definitions, instance: dg.DagsterInstance) -> lis
 def run_job(
     defs: dg.Definitions, instance: dg.DagsterInstance, name: str, partition_key=None, run_config=None
 ) -> dg.ExecuteInProcessResult:
-    """Execute one job in-process on the instance (the run shows up in the UI's run history); one line per run,
+    """Execute one job in-process on the instance (the run shows up in the UI's run history). One line per
+    run: a progress bar of what its tasks produce while it runs (a TTY only), then the count, rate and time;
     Dagster's own events only with `--verbose` (they are in the run's log in the UI either way)."""
     label = f"{name}" + (f" {partition_key}" if partition_key else "")
-    print(f"  {label:<72}", end="", flush=True)
     quiet = {} if VERBOSE else {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-    t0 = time.perf_counter()
-    res = defs.resolve_job_def(name).execute_in_process(
-        instance=instance,
-        partition_key=partition_key,
-        run_config={**(run_config or {}), **quiet},
-        tags={"tokenlake/source": "make demo"},
-        raise_on_error=False,
-    )
-    print(f"{'ok' if res.success else 'FAILED'} {time.perf_counter() - t0:6.1f} s", flush=True)
+    with RunMeter(label, name) as meter, native_stderr_captured(not VERBOSE) as stderr:
+        res = defs.resolve_job_def(name).execute_in_process(
+            instance=instance,
+            partition_key=partition_key,
+            run_config={**(run_config or {}), **quiet},
+            tags={"tokenlake/source": "make demo"},
+            resources={"executor": MeteredExecutorResource.like(defs.resources["executor"])},
+            raise_on_error=False,
+        )
+        stderr.failed = not res.success
+    meter.close(res.success, rows=materialised_rows(res))
     if not res.success:
         raise SystemExit(f"{name} {partition_key or ''} failed; see run {res.run_id} in the Dagster UI")
     return res
+
+
+def materialised_rows(res: dg.ExecuteInProcessResult) -> int | None:
+    """Rows the run's materialisations report (`dagster/row_count`), for a run without executor tasks."""
+    counts = [
+        e.materialization.metadata["dagster/row_count"].value
+        for e in res.get_asset_materialization_events()
+        if "dagster/row_count" in e.materialization.metadata
+    ]
+    return sum(counts) if counts else None
+
+
+def register_canary(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    """Register the demo's canary benchmark as `tokenlake benchmark add` would (not again when the same bytes
+    are registered already, so a resumed run finds nothing changed)."""
+    lakehouse = defs.resources["catalog"].lakehouse()
+    current = registry.registered(lakehouse, CANARY_NAME)
+    if current is None or current.sha256 != hashlib.sha256(CANARY_FILE.read_bytes()).hexdigest():
+        registry.register(lakehouse, CANARY_NAME, CANARY_FILE, "jsonl", CANARY_FIELDS)
+    instance.add_dynamic_partitions("benchmarks", [CANARY_NAME])
 
 
 def partition_keys(step: Step, instance: dg.DagsterInstance, segments: list[str]) -> list:
@@ -154,8 +185,12 @@ def run_pipeline(
             continue
         print(f"[{number}/{len(STEPS)}] {step.job}: {step.what}", flush=True)
         if step.job == "raw_ingest":
-            discover_segments(defs, instance)
+            with native_stderr_captured(not VERBOSE):
+                requested = discover_segments(defs, instance)
             segments = sorted(instance.get_dynamic_partitions("crawl_segments"))
+            print(f"  sensor new_crawl_segments: {len(segments)} segments, {len(requested)} new", flush=True)
+        if step.per == "benchmark":
+            register_canary(defs, instance)
         config = DEMO_RUN_VIEW if step.job == "run_view_candidate" else None
         for key in partition_keys(step, instance, segments):
             if progress.must_run(defs, instance, step, key):
@@ -163,7 +198,7 @@ def run_pipeline(
                 progress.record(step, key)
             else:
                 progress.skipped += 1
-                print(f"  {step.job + (f' {key}' if key is not None else ''):<72}skipped (done, unchanged)")
+                print(f"  {step.job + (f' {key}' if key is not None else ''):<62} skipped (done, unchanged)")
     return segments, progress
 
 
@@ -222,6 +257,7 @@ def report_curated(lakehouse: Lakehouse) -> None:
         print(f"  {decision:<40} {n:>6}")
     langs = Counter(lang for lang, k in zip(docs["language"].to_pylist(), docs["kept"].to_pylist()) if k)
     print("  kept by language: " + ", ".join(f"{lang} {n}" for lang, n in langs.most_common()))
+    report_clusters(lakehouse, exact)
     snapshot_lines(
         lakehouse,
         CURATED_DOCUMENTS,
@@ -230,6 +266,31 @@ def report_curated(lakehouse: Lakehouse) -> None:
         DEDUP_MINHASH_BANDS,
         DEDUP_NEAR_DUPLICATES,
     )
+
+
+def doc_urls(lakehouse: Lakehouse, doc_ids) -> dict[str, str]:
+    """doc_id -> url of some curated documents."""
+    rows = lakehouse.scan(CURATED_DOCUMENTS, ("doc_id", "url"), In("doc_id", sorted(doc_ids))) if doc_ids else None
+    return dict(zip(rows["doc_id"].to_pylist(), rows["url"].to_pylist())) if rows is not None else {}
+
+
+def report_clusters(lakehouse: Lakehouse, exact: set[str]) -> None:
+    """Near-duplicate clusters of more than one document, and an example whose members are not exact copies
+    (the canonical document first)."""
+    members: dict[str, list[str]] = {}
+    for r in lakehouse.scan(DEDUP_NEAR_DUPLICATES, ("doc_id", "cluster_id", "cluster_size")).to_pylist():
+        if r["cluster_size"] > 1:
+            members.setdefault(r["cluster_id"], []).append(r["doc_id"])
+    copies = sum(1 for cid, ds in members.items() if all(d == cid or d in exact for d in ds))
+    print(
+        f"  near-duplicate clusters: {len(members)} ({sum(map(len, members.values()))} documents; "
+        f"{copies} of exact copies only, counted above as exact duplicates)"
+    )
+    near = sorted(cid for cid, ds in members.items() if any(d != cid and d not in exact for d in ds))
+    if near:
+        ids = sorted(members[near[0]], key=lambda d: (d != near[0], d))
+        urls = doc_urls(lakehouse, ids)
+        print("  e.g. " + "  ~  ".join(urls.get(d, d) for d in ids))
 
 
 def report_tokenized(lakehouse: Lakehouse) -> None:
@@ -259,6 +320,14 @@ def report_quarantine(lakehouse: Lakehouse) -> None:
     print("\nquarantine: eval items per benchmark, kept documents that contain one")
     for b, n in sorted(per_bench.items()):
         print(f"  {b:<14} {n:>6} items   {len(docs.get(b, ())):>4} contaminated documents")
+    contaminated = set().union(*docs.values()) if docs else set()
+    print(f"  {'any':<14} {'':>6}         {len(contaminated):>4} contaminated documents (kept out of run views)")
+    if contaminated:
+        example = min(contaminated)
+        benchmarks = sorted(b for b, ds in docs.items() if example in ds)
+        print(
+            f"  e.g. {doc_urls(lakehouse, [example]).get(example, example)} contains items of {', '.join(benchmarks)}"
+        )
 
 
 # The demo's run view: a token-weighted mixture of perplexity buckets (the sample crawl keeps only a few

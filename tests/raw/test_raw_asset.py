@@ -50,8 +50,8 @@ def test_sample_crawl_rows_match_warcio_and_payload_digests(tokenlake_home, inst
     per_file = Counter(Path(u).name for u in table["warc_file"].to_pylist())
     for path in sorted(SAMPLE_CRAWL.rglob("*.warc.gz")):
         assert per_file[path.name] == warcio_responses(path), path.name
-    assert table.num_rows == 353
-    assert len(set(table["record_id"].to_pylist())) == 353
+    assert table.num_rows == 357
+    assert len(set(table["record_id"].to_pylist())) == 357
     declared = table.filter(pc.is_valid(table["payload_digest_declared"]))
     assert declared["payload_sha1"].to_pylist() == declared["payload_digest_declared"].to_pylist()
     assert set(table["payload_digest_verified"].to_pylist()) <= {True, None}
