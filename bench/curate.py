@@ -1,5 +1,9 @@
-"""Curated documents per second per core: our `curate` job vs datatrove's FineWeb recipe, same WARC files,
-same run.
+"""Curated documents per second per core: our `curate` job vs bare trafilatura and vs datatrove's FineWeb
+recipe, same WARC files, same run.
+
+- bare trafilatura: a warcio loop calling `trafilatura.extract` on every HTML response (our venv, our
+  trafilatura version and options, a fresh dedup cache per page, payload decoded as UTF-8; no filters, no
+  timeout, no storage): the floor any curation that extracts with trafilatura pays (goal: ours >= 0.85x).
 
 - datatrove: WarcReader -> Trafilatura(favour_precision) -> LanguageFilter(en, 0.65) -> GopherRepetition ->
   GopherQuality -> C4QualityFilter(filter_no_terminal_punct=False) -> FineWebQuality -> JsonlWriter, in
@@ -15,6 +19,10 @@ responses of the input (both sides read every response and keep the HTML ones). 
 present (../shared/data) it also prints both sides' extraction F1 on the ScrapingHub AEB pages.
 
     python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--repeats 3] [--workers 1] [--no-f1]
+                           [--no-datatrove]
+
+`--no-datatrove` skips datatrove (no venv needed): ours is then compared with bare trafilatura only, and the
+output says so.
 
 Exits 1 when a side fails (or returns nothing: e.g. every extraction timed out), 2 when the crawl is missing.
 """

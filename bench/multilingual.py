@@ -175,6 +175,7 @@ def reference_lm() -> str:
 def curate_both(records: list[dict]) -> tuple[list[dict], float, float]:
     """Each record under the English-only rules and under the per-language rules; CPU seconds of each side
     (this process and the extraction worker; model loads included, the segmenters' on the "after" side)."""
+    from assets.curated.extract import close_shared_extractors
     from assets.curated.language_rules import rules_for
     from assets.curated.pipeline import CurateParams, DocumentCurator
     from assets.curated.quality import QualityThresholds, quality_failures
@@ -186,7 +187,9 @@ def curate_both(records: list[dict]) -> tuple[list[dict], float, float]:
         t0, c0 = time.process_time(), _children_cpu()
         with DocumentCurator(params, lm) as curator:
             side = [curator.curate(r) for r in records]
-        # the extraction worker is a subprocess, reaped when the curator closes: its CPU is in RUSAGE_CHILDREN
+        # the extraction worker is a subprocess (one per process, shared by the curators), reaped here: its CPU
+        # is then in RUSAGE_CHILDREN, and each side starts its own
+        close_shared_extractors()
         seconds[name] = time.process_time() - t0 + _children_cpu() - c0
         rows.append(side)
     out = []
