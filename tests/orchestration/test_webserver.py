@@ -46,5 +46,6 @@ def test_sensor_can_be_turned_on_and_ticks(tmp_path):
             "CC-MAIN-2020-34/1596439738015.38",
             "CC-MAIN-2024-22/1715971057216.39",
             "LEGACY-ARCHIVES/heritrix-2008",
+            "LEGACY-ARCHIVES/rust-docs-2026",
             "LEGACY-ARCHIVES/wget-2024",
         ]

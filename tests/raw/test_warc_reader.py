@@ -39,8 +39,8 @@ def _warcio_responses(path: Path) -> dict[str, bytes]:
     return out
 
 
-def test_sample_crawl_has_five_real_files():
-    assert len(SAMPLE_FILES) == 5
+def test_sample_crawl_has_six_real_files():
+    assert len(SAMPLE_FILES) == 6
     assert AUT_0_17 in SAMPLE_FILES
 
 
