@@ -140,9 +140,11 @@ def done_before(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, pa
 
 
 def has_upstream(defs: dg.Definitions, job: str) -> bool:
-    """Whether the job's assets read other assets (a source step, e.g. the reference LM, does not)."""
+    """Whether the job's assets read assets of other jobs (a source step, e.g. the models, does not; an asset
+    reading another of the same job, e.g. the domain model's validation, does not count)."""
     graph = defs.resolve_asset_graph()
-    return any(graph.get(k).parent_keys for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys)
+    keys = defs.resolve_job_def(job).asset_layer.selected_asset_keys
+    return any(parent not in keys for k in keys for parent in graph.get(k).parent_keys)
 
 
 def key_parts(partition_key) -> set[str]:
