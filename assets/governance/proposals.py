@@ -32,7 +32,6 @@ from assets.curated.quality import _RULES as QUALITY_RULES  # the one rule table
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds
 from assets.governance import policies
 from assets.governance.policies import Policy, canonical_json, sha256_hex
-from assets.tokenized.tokens import registered_domain_class
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_PROPOSALS, TOKENIZED_DOCUMENTS
 
@@ -58,6 +57,7 @@ DRY_RUN_COLUMNS = (
     "crawl",
     "segment",
     "host",
+    "domain_class",
     "decision",
     "kept",
     "language",
@@ -607,9 +607,7 @@ def dry_run_thresholds(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict
         parts.append(changed)
         totals.update(stats)
         every_partition |= partitions
-    changed = pl.concat(parts).with_columns(
-        pl.col("host").map_elements(registered_domain_class, return_dtype=pl.String).alias("domain_class")
-    )
+    changed = pl.concat(parts)
     buckets_change = any(old[k] != new[k] for k in ("ppl_head_pct", "ppl_tail_pct"))
     flips = _flips(changed, "kept", "kept_new")
     return {

@@ -68,6 +68,7 @@ SAMPLE_FIELDS = (
     "ppl_bucket",
     "host",
     "domain_class",
+    "domain_confidence",  # read for mixture filters (min_domain_confidence); samples do not store it
 )
 TOKENIZER_FIELDS = ("tokenizer_id", "name", "vocab_size", "eos_id", "token_dtype")
 EXCLUSION_REASONS = ("not_kept", "exact_duplicate", "near_duplicate", "eval_contaminated")

@@ -144,14 +144,6 @@ def check_rows(
     return problems
 
 
-def registered_domain_class(host: str | None) -> str | None:
-    """A coarse domain class for mixture labels: the top-level domain (e.g. 'org', 'de'), None without host."""
-    if not host or "." not in host:
-        return None
-    tld = host.rsplit(".", 1)[1].lower()
-    return tld if tld.isalpha() else None
-
-
 def tokenizer_row(lt: LoadedTokenizer) -> pa.Table:
     """The tokenizer as its one row of tokenized.tokenizers (the exact tokenizer.json included)."""
     info = lt.info

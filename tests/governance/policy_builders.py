@@ -41,6 +41,9 @@ def texts(n: int) -> list[str]:
     return out
 
 
+DOMAIN_CLASSES = ("news", "code", "encyclopedic")  # as the classifier labels them
+
+
 def document_rows(n: int = 72, params: CurateParams = CurateParams()) -> list[dict]:
     """Curated rows as the pipeline writes them for documents with text (signals, language, decision)."""
     rows = []
@@ -62,6 +65,7 @@ def document_rows(n: int = 72, params: CurateParams = CurateParams()) -> list[di
                 "segment": segment,
                 "url": url,
                 "host": HOSTS[i % len(HOSTS)],
+                "domain_class": DOMAIN_CLASSES[i % len(DOMAIN_CLASSES)],
                 "decision": reason,
                 "kept": reason is None,
                 "text": text,

@@ -108,6 +108,7 @@ def write_documents(
                 "n_tokens": len(arr),
                 "ppl_bucket": ("head", "middle", "tail")[i % 3],
                 "host": "en.wikipedia.org",
+                "domain_confidence": (0.9, 0.4)[i % 2],  # the classifier's label: encyclopedic, sure or unsure
             }
         )
     for key in segments:
@@ -143,7 +144,8 @@ def write_documents(
                     "language": "en",
                     "ppl_bucket": d["ppl_bucket"],
                     "host": d["host"],
-                    "domain_class": "org",
+                    "domain_class": "encyclopedic",
+                    "domain_confidence": d["domain_confidence"],
                 }
                 for d in part
             ],

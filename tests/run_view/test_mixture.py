@@ -135,6 +135,17 @@ def test_candidate_is_deterministic_and_any_change_is_a_new_id(lakehouse):
     assert s1["doc_id"].to_pylist() != s2["doc_id"].to_pylist()
 
 
+def test_a_component_selects_on_the_domain_label_and_its_confidence(lakehouse):
+    docs = builders.write_documents(lakehouse, n_docs=12)
+    builders.screen(lakehouse)
+    sure = Component("encyclopedic", 1.0, {"domain_class": ["encyclopedic"], "min_domain_confidence": ["0.5"]})
+    view = builders.candidate(lakehouse, name="sure", components=[sure])
+    selected = store.read_samples(lakehouse, view.run_view_id)["doc_id"].to_pylist()
+    assert sorted(selected) == sorted(d["doc_id"] for d in docs if d["domain_confidence"] >= 0.5)
+    with pytest.raises(MixtureError, match="matches no eligible document"):
+        builders.candidate(lakehouse, name="code", components=[Component("code", 1.0, {"domain_class": ["code"]})])
+
+
 def test_excluded_documents_never_enter_a_view(lakehouse):
     docs = builders.write_documents(lakehouse, n_docs=30)
     builders.screen(lakehouse)

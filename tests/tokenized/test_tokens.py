@@ -14,7 +14,6 @@ from assets.tokenized.tokens import (
     decode_document,
     encode_documents,
     load_tokenizer,
-    registered_domain_class,
     tokenizer_id,
     tokenizer_row,
     tokens_checksum,
@@ -108,14 +107,6 @@ def test_the_tokenizer_row_fits_its_table():
 def test_missing_tokenizer_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a file"):
         load_tokenizer(tmp_path / "nope.json", "x")
-
-
-@pytest.mark.parametrize(
-    "host,cls",
-    [("en.wikipedia.org", "org"), ("www.bbc.co.uk", "uk"), (None, None), ("localhost", None), ("127.0.0.1", None)],
-)
-def test_domain_class(host, cls):
-    assert registered_domain_class(host) == cls
 
 
 def test_uint32_storage_for_large_vocabularies():
