@@ -27,6 +27,8 @@ VARYING_COLUMNS = frozenset(
         "created_at",
         "decided_at",
         "completed_at",
+        "added_at",  # quarantine.benchmark_sources: when a benchmark was registered
+        "original",  # quarantine.benchmark_sources: the path it was registered from
         "extract_seconds",
         "dagster_run_id",
         "created_by_run_id",
