@@ -24,7 +24,7 @@ from assets.quarantine.benchmarks import EvalItem
 from assets.quarantine.near_match import DEFAULT_THRESHOLD, NearMatchIndex, find_matches
 from assets.quarantine.ngrams import DEFAULT_N, NgramIndex, normalise_words
 from assets.quarantine.semantic import DEFAULT_THRESHOLD as SEMANTIC_THRESHOLD
-from assets.quarantine.semantic import SemanticIndex
+from assets.quarantine.semantic import SemanticIndex, threshold_for
 from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskOutput, TaskResult
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS
 
@@ -71,7 +71,13 @@ class MatchParams:
     semantic_threshold: float = knob(
         SEMANTIC_THRESHOLD,
         "a semantic match needs a window whose cosine similarity to the item exceeds the item's level on clean "
-        "reference text by at least this much (measured by bench/semantic_quarantine.py)",
+        "reference text by at least this much (measured by bench/semantic_quarantine.py); for a benchmark "
+        "without a measured margin of its own, or every benchmark when semantic_per_benchmark is off",
+    )
+    semantic_per_benchmark: bool = knob(
+        True,
+        "use the margin measured for each shipped benchmark (semantic.BENCHMARK_THRESHOLDS: GSM8K, MMLU-Redux, "
+        "HumanEval) instead of semantic_threshold",
     )
     files_per_slice: int = knob(
         1, "curated data files per task: the unit an executor runs (results do not depend on it)"
@@ -85,6 +91,7 @@ class MatchParams:
             "near_threshold": self.near_threshold,
             "semantic": self.semantic,
             "semantic_threshold": self.semantic_threshold,
+            "semantic_per_benchmark": self.semantic_per_benchmark,
         }
 
 
@@ -166,6 +173,15 @@ def pinned_items(lakehouse: Lakehouse, benchmark: str, snapshot_id: int | None) 
     return _remember(_items, key, pinned)
 
 
+def semantic_threshold(benchmark: str, params: MatchParams) -> float:
+    """The semantic margin a screening against `benchmark` uses."""
+    return (
+        threshold_for(benchmark, params.semantic_threshold)
+        if params.semantic_per_benchmark
+        else params.semantic_threshold
+    )
+
+
 def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[Indexes, bool, float]:
     """The n-gram (and near-match) indexes of the pinned items, built once per process and parameters;
     (indexes, whether this call built them, seconds spent building them here: 0.0 when reused)."""
@@ -178,7 +194,9 @@ def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[I
         items.item_ids,
         NgramIndex.build(items.texts, n=params.n),
         NearMatchIndex.build(items.texts, threshold=params.near_threshold) if params.near else None,
-        SemanticIndex.build(items.texts, threshold=params.semantic_threshold) if params.semantic else None,
+        SemanticIndex.build(items.texts, threshold=semantic_threshold(ref.benchmark, params))
+        if params.semantic
+        else None,
         items.texts,
     )
     return _remember(_indexes, key, built), True, time.perf_counter() - t0
