@@ -14,8 +14,10 @@ to the item (tests/quarantine/test_semantic.py, bench/semantic_quarantine.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import lzma
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +39,7 @@ DEFAULT_BACKGROUND_K = 5
 DEFAULT_BACKGROUND_STRIDE = 16
 SCORE_DECIMALS = 4
 DEFAULT_BATCH_WINDOWS = 2048  # windows embedded and scored at once: bounds memory to batch x items floats
+DEFAULT_CACHE_WINDOWS = 65536  # window embeddings kept per process (about 80 MB), see WindowCache
 
 REFERENCE_TEXT = Path(__file__).resolve().parents[2] / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 WEB_TEXT = Path(__file__).resolve().parents[2] / "data" / "quarantine_background" / "web_text.jsonl.xz"
@@ -168,6 +171,46 @@ def default_background(window_words: int, stride_words: int, min_words: int) -> 
     return emb
 
 
+class WindowCache:
+    """Embeddings of recently embedded window texts, by a 16-byte hash of the text, least recently used out
+    first beyond `max_windows`. A process that screens one segment against several benchmarks (one index
+    each) embeds each window once instead of once per benchmark; an embedding depends only on its text, and
+    scores are rounded before any comparison, so matches are the same with or without it."""
+
+    def __init__(self, max_windows: int = DEFAULT_CACHE_WINDOWS):
+        if max_windows < 0:
+            raise ValueError(f"window cache size must be >= 0 windows, got {max_windows}")
+        self.max_windows = max_windows
+        self._vectors: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def embed(self, texts: Sequence[str], embed: Embed) -> np.ndarray:
+        """Embeddings of `texts` (float32, one row each): cached rows, the others from `embed` in one call."""
+        keys = [hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in texts]
+        rows: list[np.ndarray | None] = [self._vectors.get(k) for k in keys]
+        for k, r in zip(keys, rows):
+            if r is not None:
+                self._vectors.move_to_end(k)
+        todo = {keys[i]: texts[i] for i, r in enumerate(rows) if r is None}
+        self.hits += len(texts) - sum(r is None for r in rows)
+        self.misses += len(todo)
+        if todo:
+            new = np.asarray(embed(list(todo.values())), dtype=np.float32)
+            fresh = dict(zip(todo, new))
+            rows = [fresh[k] if r is None else r for k, r in zip(keys, rows)]
+            for k, v in fresh.items():
+                self._vectors[k] = v
+            while len(self._vectors) > self.max_windows:
+                self._vectors.popitem(last=False)
+        return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+
+WINDOW_CACHE = WindowCache()  # shared by the indexes that embed with the default model (one per benchmark)
+
+
 class SemanticIndex:
     """Item embeddings and their background levels; `find_batch` scores document windows against them."""
 
@@ -194,6 +237,8 @@ class SemanticIndex:
         self.min_words = min_words
         self.batch_windows = batch_windows
         self.embed = embed
+        # only the default model's embeddings are shared: another `embed` (tests) gets its own vectors
+        self.cache: WindowCache | None = WINDOW_CACHE if embed is _default_embed else None
 
     @classmethod
     def build(
@@ -279,7 +324,11 @@ class SemanticIndex:
         best: dict[tuple[int, int], tuple[float, int]] = {}  # (doc, item) -> (score, window)
         for b in range(0, len(wins), self.batch_windows):
             block = wins[b : b + self.batch_windows]
-            emb = np.asarray(self.embed([texts[w.doc][w.char_start : w.char_end] for w in block]), dtype=np.float32)
+            block_texts = [texts[w.doc][w.char_start : w.char_end] for w in block]
+            if self.cache is not None:
+                emb = self.cache.embed(block_texts, self.embed)
+            else:
+                emb = np.asarray(self.embed(block_texts), dtype=np.float32)
             s = self.scores(emb)
             s[:, ~self.matchable] = -np.inf
             # scores are rounded to SCORE_DECIMALS before the comparison: float32 sums differ in their last

@@ -108,6 +108,44 @@ def test_heldout_paraphrases_are_found(clean_heldout):
             assert m.kind == "semantic" and m.score >= index.threshold[m.item_index] and m.char_end > m.char_start
 
 
+def test_window_cache_is_bounded_and_keeps_embeddings_exact():
+    calls = []
+
+    def embed(texts):
+        calls.append(list(texts))
+        return np.array([[len(t), t.count("a")] for t in texts], dtype=np.float32)
+
+    cache = semantic.WindowCache(max_windows=2)
+    np.testing.assert_array_equal(cache.embed(["a", "bb", "a"], embed), [[1, 1], [2, 0], [1, 1]])
+    assert calls == [["a", "bb"]] and (cache.hits, cache.misses) == (0, 2)
+    np.testing.assert_array_equal(cache.embed(["bb", "ccc"], embed), [[2, 0], [3, 0]])
+    assert calls[-1] == ["ccc"] and len(cache) == 2  # "a" was the least recently used
+    cache.embed(["a"], embed)
+    assert calls[-1] == ["a"]
+    with pytest.raises(ValueError, match="cache size"):
+        semantic.WindowCache(-1)
+
+
+def test_a_second_benchmark_reuses_window_embeddings_with_the_same_matches(clean_heldout):
+    rows = paraphrases("heldout")
+    docs = inject(rows, clean_heldout)
+    by_benchmark = {b: [r for r in rows if r["benchmark"] == b] for b in ("gsm8k", "mmlu_redux")}
+    idx = {
+        b: semantic.SemanticIndex.build([r["original"] for r in rs], threshold=semantic.threshold_for(b))
+        for b, rs in by_benchmark.items()
+    }
+    uncached = {}
+    for b, index in idx.items():
+        index.cache = None
+        uncached[b] = index.find_batch(docs)
+    cache = semantic.WindowCache()
+    for b, index in idx.items():
+        index.cache = cache
+        assert index.find_batch(docs) == uncached[b]
+    assert cache.misses > 0 and cache.hits >= cache.misses  # the second benchmark embedded nothing again
+    assert any(uncached["gsm8k"]) and any(uncached["mmlu_redux"])
+
+
 @pytest.mark.slow
 def test_clean_reference_text_is_rarely_flagged_by_any_item(clean_heldout):
     # held-out Wikipedia only: on web text (news, navigation) the rate is higher, see bench/semantic_quarantine.py
