@@ -100,6 +100,27 @@ def choose_threshold(clean_max: np.ndarray, target_fp: float) -> float:
     return round(float(np.ceil((above + 1e-9) * 100) / 100), 2)
 
 
+def window_cache_cost(items: list, docs: list[str]) -> dict:
+    """CPU seconds to screen `docs` against each shipped benchmark's own index in turn (as the pipeline's
+    benchmark partitions do), embedding every window per benchmark and with the shared window cache."""
+    by_benchmark: dict[str, list[str]] = {}
+    for it in items:
+        by_benchmark.setdefault(it.item_id.split("/")[0], []).append(it.text)
+    indexes = [
+        semantic.SemanticIndex.build(ts, threshold=semantic.threshold_for(b)) for b, ts in sorted(by_benchmark.items())
+    ]
+    out = {}
+    for name, cache in (("uncached", None), ("cached", semantic.WindowCache())):
+        t0, results = time.process_time(), []
+        for index in indexes:
+            index.cache = cache
+            results.append(index.find_batch(docs))
+        out[name] = (round(time.process_time() - t0, 1), results)
+    if out["cached"][1] != out["uncached"][1]:
+        raise SystemExit("the window cache changed a semantic match")
+    return {k: v[0] for k, v in out.items()} | {"documents": len(docs), "benchmarks": len(indexes)}
+
+
 def measure(curated_home: str | None, target_fp: float) -> dict:
     t0 = time.perf_counter()
     items = load_items()
@@ -154,6 +175,7 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
         at += len(part)
     flagged_cal = sum(bool(m) for m in sem.find_batch(clean_cal))
     screen_seconds = time.perf_counter() - t1
+    cache_cost = window_cache_cost(items, clean_held)
     n_held, n_cal = len(halves["heldout"]), len(halves["calibration"])
     return {
         "bench": "semantic_quarantine",
@@ -185,15 +207,58 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
         },
         "index_build_seconds": round(build_seconds, 1),
         "screen_seconds": round(screen_seconds, 1),
+        "screen_cpu_seconds_per_benchmark_indexes": cache_cost,
     }
+
+
+def exact_near_check() -> dict:
+    """The real documents and injections of tests/quarantine/injection.py screened against each benchmark as the
+    pipeline does (its own n-gram, near and semantic indexes), semantic off, on without and on with the window
+    cache: the n-gram/near rows must be the same; semantic rows added and CPU seconds of each."""
+    from tests.quarantine.injection import build_injections, real_documents
+
+    items = load_items()
+    real = real_documents()
+    docs = real + [inj.text for inj in build_injections(items, real)]
+    by_benchmark: dict[str, list[str]] = {}
+    for it in items:
+        by_benchmark.setdefault(it.benchmark, []).append(it.text)
+    out: dict = {"documents": len(docs), "real_documents": len(real), "benchmarks": sorted(by_benchmark)}
+    rows: dict[str, list] = {}
+    cache = semantic.WindowCache()
+    for mode in ("off", "uncached", "cached"):
+        t0, found_rows = time.process_time(), []
+        for b, texts in sorted(by_benchmark.items()):
+            ngram, near = NgramIndex.build(texts), NearMatchIndex.build(texts)
+            found = [find_matches(d, ngram, near) for d in docs]
+            if mode != "off":
+                sem = semantic.SemanticIndex.build(texts, threshold=semantic.threshold_for(b))
+                sem.cache = cache if mode == "cached" else None
+                found = [f + s for f, s in zip(found, sem.find_batch(docs, found))]
+            found_rows += [(b, d, m) for d, ms in enumerate(found) for m in ms]
+        out[f"cpu_seconds_{mode}"] = round(time.process_time() - t0, 1)
+        rows[mode] = found_rows
+    exact_near = {k: [r for r in v if r[2].kind != "semantic"] for k, v in rows.items()}
+    out["exact_near_rows_unchanged"] = exact_near["off"] == exact_near["uncached"] == exact_near["cached"]
+    out["cache_changes_nothing"] = rows["uncached"] == rows["cached"]
+    sem_rows = [r for r in rows["cached"] if r[2].kind == "semantic"]
+    out["exact_near_rows"] = len(exact_near["off"])
+    out["semantic_rows"] = len(sem_rows)
+    out["semantic_rows_in_real_documents"] = sum(d < len(real) for _, d, _ in sem_rows)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--curated-home", help="TOKENLAKE_HOME of a lakehouse whose kept curated documents are clean")
     parser.add_argument("--target-fp", type=float, default=0.005, help="calibration false-positive budget")
+    parser.add_argument(
+        "--exact-near-check",
+        action="store_true",
+        help="instead: screen tests/quarantine/injection.py's documents with semantic off and on (rows, CPU seconds)",
+    )
     args = parser.parse_args()
-    print(json.dumps(measure(args.curated_home, args.target_fp)))
+    print(json.dumps(exact_near_check() if args.exact_near_check else measure(args.curated_home, args.target_fp)))
 
 
 if __name__ == "__main__":
