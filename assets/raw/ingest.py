@@ -10,7 +10,6 @@ with the files of every task in plan order, so the tables do not depend on which
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import os
 import time
@@ -223,7 +222,7 @@ def run_task(task: IngestTask) -> TaskResult:
                     rows.add(item, item["payload_length"] + 512)
                 else:
                     rejects.add(item, 512)
-        per_file.append(dataclasses.asdict(fs))
+        per_file.append(fs.as_dict())
     rows.flush()
     rejects.flush()
     return TaskResult(task.index, (rows_writer.close(), rejects_writer.close()), {"files": per_file})

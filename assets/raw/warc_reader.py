@@ -56,6 +56,15 @@ class FileStats:
     def responses(self) -> int:
         return self.records["response"]
 
+    def as_dict(self) -> dict:
+        """Plain values for a task's stats (`dataclasses.asdict` would rebuild the Counters from their items)."""
+        return {
+            "warc_file": self.warc_file,
+            "bytes_read": self.bytes_read,
+            "records": dict(self.records),
+            "rejects": dict(self.rejects),
+        }
+
 
 @dataclass(frozen=True)
 class Member:

@@ -146,3 +146,4 @@ def test_raw_tables_do_not_depend_on_task_grouping_or_order(tmp_path, monkeypatc
     assert digests[0] == digests[1] == digests[2]
     assert counts[0] == counts[1] == counts[2]
     assert digests[0][0]["rows"] > 0 and digests[0][1]["rows"] > 0
+    assert counts[0][0] == digests[0][0]["rows"]  # the row count shown in the UI is the rows written
