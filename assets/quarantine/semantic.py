@@ -39,7 +39,7 @@ DEFAULT_BACKGROUND_K = 5
 DEFAULT_BACKGROUND_STRIDE = 16
 SCORE_DECIMALS = 4
 DEFAULT_BATCH_WINDOWS = 2048  # windows embedded and scored at once: bounds memory to batch x items floats
-DEFAULT_CACHE_WINDOWS = 65536  # window embeddings kept per process (about 80 MB), see WindowCache
+DEFAULT_CACHE_WINDOWS = 131072  # window embeddings kept per process (about 160 MB), see WindowCache
 
 REFERENCE_TEXT = Path(__file__).resolve().parents[2] / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 WEB_TEXT = Path(__file__).resolve().parents[2] / "data" / "quarantine_background" / "web_text.jsonl.xz"
