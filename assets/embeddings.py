@@ -3,6 +3,7 @@ domain classifier (curated) and the semantic quarantine. Never downloads. No Dag
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,7 +15,12 @@ EMBEDDING_MODEL = "wordllama-0.3.9/l2_supercat/256"
 @lru_cache(maxsize=2)
 def static_embedder(dim: int = 256):
     """The wordllama model at `dim` dimensions, read from the installed wheel (downloads disabled)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     import wordllama
+
+    # wordllama calls logging.basicConfig(level=INFO) on import: undo it, so the process's logging is its own
+    root.handlers[:], root.level = handlers, level
 
     # wordllama looks for bundled tokenizers under "tokenizer/" but ships them under "tokenizers/"; pointing its
     # cache at the package folder finds both the weights and the tokenizer without a network call

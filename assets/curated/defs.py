@@ -269,7 +269,7 @@ def domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, para
     deps=[WARC_RECORDS, REFERENCE_LM, DOMAIN_MODEL],
     partitions_def=crawl_segments,
     group_name="curated",
-    code_version="curated-1",
+    code_version="curated-2",
     kinds={"iceberg"},
     pool="iceberg_curated",
     automation_condition=dg.AutomationCondition.eager(),

@@ -25,7 +25,7 @@ from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES
 from resources import IcebergCatalogResource
 
 CANDIDATE = dg.AssetKey(["run_view", "candidate"])
-CODE_VERSION = "run-view-1"
+CODE_VERSION = "run-view-2"
 GATE_CODE_VERSION = "publish-1"
 
 

@@ -66,7 +66,7 @@ def tokenizers_asset(
         table_key(T.DEDUP_NEAR_DUPLICATES),
     ],
     group_name="tokenized",
-    code_version="tokenized-1",
+    code_version="tokenized-2",
     kinds={"iceberg"},
     pool="iceberg_tokenized",
 )
