@@ -255,12 +255,9 @@ def test_the_dry_run_of_an_empty_lakehouse_is_empty(lakehouse):
     assert (report["documents"], report["partitions"], report["changed"]) == (0, [], [])
 
 
-def test_a_snapshot_names_the_versions_of_what_it_read_joined_with_its_own(lakehouse):
-    """commit_partition stamps the writer's own version and those of the upstream partitions it read: the
-    matching partition when the upstream has one (a tokenized segment reads its curated segment), every
-    partition otherwise (a whole-table read); a kind the writer names itself replaces the inherited one."""
-    from iceberg_catalog.commit import join_policy_versions
-    from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES
+def _curated_under_two_versions(lakehouse) -> list[dict]:
+    """Two curated segments written under thresholds/0 (CRAWL-A) and thresholds/1 (CRAWL-B); their rows."""
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS
 
     rows = document_rows(6)
     for segment, version in (("CRAWL-A/seg-1", "thresholds/0"), ("CRAWL-B/seg-1", "thresholds/1")):
@@ -269,6 +266,17 @@ def test_a_snapshot_names_the_versions_of_what_it_read_joined_with_its_own(lakeh
         part = [r for r in rows if (r["crawl"], r["segment"]) == (crawl, seg)]
         writer.write(pa.Table.from_pylist(part, schema=CURATED_DOCUMENTS.arrow_schema))
         writer.commit(Provenance("curated/documents", segment, "r", "c", "h", {}, {"policy-version": version}))
+    return rows
+
+
+def test_a_snapshot_names_the_versions_of_what_it_read_joined_with_its_own(lakehouse):
+    """commit_partition stamps the writer's own version and those of the upstream partitions it read: the
+    matching partition when the upstream has one (a tokenized segment reads its curated segment), every
+    partition otherwise (a whole-table read); a kind the writer names itself replaces the inherited one."""
+    from iceberg_catalog.commit import join_policy_versions
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES
+
+    _curated_under_two_versions(lakehouse)
     pins = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
 
     def written_under(partition_key: str | None, own: dict) -> str:
@@ -291,13 +299,7 @@ def test_a_deletion_keeps_the_versions_of_the_history_it_expires(lakehouse):
     from assets.governance.requests import DeletionRequest, record
     from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES
 
-    rows = document_rows(6)
-    for segment, version in (("CRAWL-A/seg-1", "thresholds/0"), ("CRAWL-B/seg-1", "thresholds/1")):
-        crawl, seg = segment.split("/")
-        writer = lakehouse.writer(CURATED_DOCUMENTS, {"crawl": crawl, "segment": seg})
-        part = [r for r in rows if (r["crawl"], r["segment"]) == (crawl, seg)]
-        writer.write(pa.Table.from_pylist(part, schema=CURATED_DOCUMENTS.arrow_schema))
-        writer.commit(Provenance("curated/documents", segment, "r", "c", "h", {}, {"policy-version": version}))
+    rows = _curated_under_two_versions(lakehouse)
     victim = next(r for r in rows if r["crawl"] == "CRAWL-B")
     rid = record(lakehouse, DeletionRequest("doc_id", victim["doc_id"], "takedown", "legal"), PROV)
     target = propagate.ErasureTarget("curated/documents", CURATED_DOCUMENTS, ("doc_id", "record_id", "deletion_key"))
