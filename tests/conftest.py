@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,15 @@ SAMPLE_KEYS = (
     "LEGACY-ARCHIVES/rust-docs-2026",
     "LEGACY-ARCHIVES/wget-2024",
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_model_cache(tmp_path_factory) -> None:
+    """The default domain model is trained once per session (~20 s) and loaded by every process a test starts
+    (TOKENLAKE_MODEL_CACHE, inherited by subprocesses); each TOKENLAKE_HOME still starts empty."""
+    from assets.curated.domain import MODEL_CACHE_ENV
+
+    os.environ.setdefault(MODEL_CACHE_ENV, str(tmp_path_factory.mktemp("model-cache")))
 
 
 @pytest.fixture

@@ -394,9 +394,30 @@ def _load(path: str, mtime_ns: int) -> DomainModel:
     return DomainModel.from_json(Path(path).read_text(encoding="utf-8"))
 
 
+MODEL_CACHE_ENV = "TOKENLAKE_MODEL_CACHE"
+
+
+def default_model_key(params: DomainModelParams) -> str:
+    """What the default model is a function of: this module's code, the training file, the knobs, the embeddings."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(Path(params.train_path).read_bytes())
+    h.update(json.dumps([params.hashed(), EMBEDDING_MODEL, MODEL_FORMAT], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
 def _default_model() -> DomainModel:
-    return train(DomainModelParams())
+    """The model trained from the repo's data with the default knobs (~20 s of embedding); with
+    TOKENLAKE_MODEL_CACHE set, kept there by `default_model_key`, so other processes on the node load it."""
+    params = DomainModelParams()
+    cache = os.environ.get(MODEL_CACHE_ENV)
+    path = Path(cache) / f"domain_model-{default_model_key(params)}.json" if cache else None
+    if path is not None and path.is_file():
+        return DomainModel.from_json(path.read_text(encoding="utf-8"))
+    model = train(params)
+    if path is not None:
+        write_model(model, path)
+    return model
 
 
 def load_model(path: Path | None = None) -> DomainModel:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -189,3 +192,22 @@ def test_mixture_components_filter_on_the_label_and_its_confidence():
     for bad in (["high"], ["0.5", "0.6"], ["1.5"]):
         with pytest.raises(MixtureError, match="min_domain_confidence must be one number in"):
             Component("x", 1.0, {"min_domain_confidence": bad})
+
+
+def test_the_default_model_is_kept_in_the_model_cache_by_its_inputs():
+    """With TOKENLAKE_MODEL_CACHE (set for the session by conftest) a process stores the default model under a
+    key of its code, data and knobs; a process started later loads the same bytes instead of training."""
+    domain._default_model.cache_clear()
+    model = domain._default_model()
+    key = domain.default_model_key(domain.DomainModelParams())
+    cached = Path(os.environ[domain.MODEL_CACHE_ENV]) / f"domain_model-{key}.json"
+    assert cached.is_file() and domain.DomainModel.from_json(cached.read_text()).digest == model.digest
+    other = subprocess.run(
+        [sys.executable, "-c", "from assets.curated.domain import _default_model; print(_default_model().digest)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert other.stdout.strip() == model.digest
+    assert domain.default_model_key(domain.DomainModelParams(l2=0.2)) != key
