@@ -110,7 +110,9 @@ def test_provenance_then_deletion_of_a_url_in_a_published_view(demo_lakehouse, c
     samples = store.read_samples(lakehouse, rv_id)
 
     # --- provenance of a document in the published view
-    doc_id = samples["doc_id"][0].as_py()
+    # the view's smallest document: its deletion leaves the successor's mixture within the share tolerance (a
+    # large one can make a 70/30 mixture of a few dozen documents infeasible, and the successor's check fail)
+    doc_id = min(zip(samples["n_tokens"].to_pylist(), samples["doc_id"].to_pylist()))[1]
     [prov] = provenance(lakehouse, doc_id=doc_id, global_batch_size=G, epochs=(0,))
     raw = prov["raw_record"]
     assert raw["warc_file"].endswith(".warc.gz") and raw["warc_offset"] >= 0 and raw["licence_basis"]
