@@ -18,7 +18,6 @@ whitespace position of the host:
 from __future__ import annotations
 
 import json
-import lzma
 import random
 import re
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from assets.quarantine.benchmarks import EvalItem
 from assets.quarantine.ngrams import normalise_words
+from assets.quarantine.semantic import reference_runs
 
 REPO = Path(__file__).resolve().parents[2]
 WIKIPEDIA = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -52,20 +52,7 @@ class Injection:
 
 def real_documents(max_chars: int = 2500) -> list[str]:
     """The untouched real documents: Wikipedia paragraph runs of up to `max_chars`, then the news texts."""
-    docs: list[str] = []
-    current: list[str] = []
-    with lzma.open(WIKIPEDIA, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("<doc") or line == "</doc>":
-                if current:
-                    docs.append("\n".join(current))
-                current = []
-            elif line:
-                if current and sum(len(p) for p in current) + len(line) > max_chars:
-                    docs.append("\n".join(current))
-                    current = []
-                current.append(line)
+    docs = reference_runs(WIKIPEDIA, max_chars)
     for path in JSONL_DOCS:
         with open(path, encoding="utf-8") as f:
             docs.extend(json.loads(line)["text"] for line in f if line.strip())
