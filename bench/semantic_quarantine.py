@@ -16,13 +16,15 @@ nothing else):
   reported apart.
 A clean document is a false positive when any item is a semantic neighbour of it.
 
-Thresholds are chosen on the calibration half: per benchmark, the lowest score margin at which that benchmark's
-items flag at most a third of `--target-fp` of the calibration clean documents (so all three together flag at
-most `--target-fp`), and one margin over all items (`DEFAULT_THRESHOLD`, for benchmarks registered later). The
-held-out numbers use the committed `BENCHMARK_THRESHOLDS` (what the pipeline runs), and the chosen ones are
-printed beside them.
+Thresholds are chosen on the calibration clean documents only (no paraphrase chooses them), per benchmark, in
+two stages: the candidate margin, the lowest score margin at which that benchmark's items reach at most
+`--candidate-fp` (5%) of the calibration clean documents; then the lexical share, the lowest at which those
+candidates flag at most a third of `--target-fp` of them (so all three together flag at most `--target-fp`).
+One pair over all items (`DEFAULT_THRESHOLD`, `DEFAULT_LEXICAL`) is for benchmarks registered later. The
+held-out numbers use the committed `BENCHMARK_THRESHOLDS` and `BENCHMARK_LEXICAL` (what the pipeline runs), and
+the chosen ones are printed beside them.
 
-    python bench/semantic_quarantine.py [--curated-home .tokenlake] [--target-fp 0.005]
+    python bench/semantic_quarantine.py [--curated-home .tokenlake] [--target-fp 0.005] [--candidate-fp 0.05]
 
 Prints one JSON line.
 """
@@ -92,12 +94,39 @@ def curated_documents(home: str) -> list[str]:
     return [t for t in table.column("text").to_pylist() if t]
 
 
-def choose_threshold(clean_max: np.ndarray, target_fp: float) -> float:
-    """The lowest margin (rounded up to 0.01) at which at most `target_fp` of the clean documents are flagged."""
+def choose_threshold(clean_max: np.ndarray, target_fp: float, lowest: float = -0.99) -> float:
+    """The lowest value (rounded up to 0.01, at least `lowest`) at which at most `target_fp` of the clean
+    documents (their highest value in `clean_max`) are flagged."""
     allowed = int(np.floor(target_fp * len(clean_max)))
     ordered = np.sort(clean_max)[::-1]
     above = ordered[allowed] if allowed < len(ordered) else -np.inf  # the (allowed+1)-th highest must fall below
-    return round(float(np.ceil((above + 1e-9) * 100) / 100), 2)
+    if not np.isfinite(above):
+        return lowest
+    return max(lowest, round(float(np.ceil((above + 1e-9) * 100) / 100), 2))
+
+
+def lexical_max(sem: semantic.SemanticIndex, docs: list[str], floor: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Per document, the highest lexical share among its candidates (score >= `floor` per item) for the items
+    where `items` is true (-inf without one)."""
+    out = np.full(len(docs), -np.inf)
+    for c in sem.candidates(docs, floor=floor):
+        if items[c.item]:
+            out[c.doc] = max(out[c.doc], c.lexical)
+    return out
+
+
+def choose_pair(
+    sem: semantic.SemanticIndex,
+    docs: list[str],
+    clean_max: np.ndarray,
+    items: np.ndarray,
+    fp: float,
+    candidate_fp: float,
+) -> tuple[float, float]:
+    """(candidate margin, lexical share) for `items` on the clean `docs` (`clean_max`: docs x items best scores)."""
+    margin = choose_threshold(clean_max[:, items].max(axis=1), candidate_fp)
+    floor = np.where(items, margin, np.inf)
+    return margin, choose_threshold(lexical_max(sem, docs, floor, items), fp, lowest=0.0)
 
 
 def window_cache_cost(items: list, docs: list[str]) -> dict:
@@ -107,7 +136,8 @@ def window_cache_cost(items: list, docs: list[str]) -> dict:
     for it in items:
         by_benchmark.setdefault(it.item_id.split("/")[0], []).append(it.text)
     indexes = [
-        semantic.SemanticIndex.build(ts, threshold=semantic.threshold_for(b)) for b, ts in sorted(by_benchmark.items())
+        semantic.SemanticIndex.build(ts, threshold=semantic.threshold_for(b), lexical=semantic.lexical_for(b))
+        for b, ts in sorted(by_benchmark.items())
     ]
     out = {}
     for name, cache in (("uncached", None), ("cached", semantic.WindowCache())):
@@ -121,7 +151,7 @@ def window_cache_cost(items: list, docs: list[str]) -> dict:
     return {k: v[0] for k, v in out.items()} | {"documents": len(docs), "benchmarks": len(indexes)}
 
 
-def measure(curated_home: str | None, target_fp: float) -> dict:
+def measure(curated_home: str | None, target_fp: float, candidate_fp: float) -> dict:
     t0 = time.perf_counter()
     items = load_items()
     index_of = {it.item_id: k for k, it in enumerate(items)}
@@ -131,7 +161,11 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
             raise SystemExit(f"{PARAPHRASES}: the original of {p['item_id']} differs from the shipped benchmark")
     texts = [it.text for it in items]
     benchmark_of = [it.item_id.split("/")[0] for it in items]
-    sem = semantic.SemanticIndex.build(texts, threshold=[semantic.threshold_for(b) for b in benchmark_of])
+    sem = semantic.SemanticIndex.build(
+        texts,
+        threshold=[semantic.threshold_for(b) for b in benchmark_of],
+        lexical=[semantic.lexical_for(b) for b in benchmark_of],
+    )
     ngram, near = NgramIndex.build(texts), NearMatchIndex.build(texts)
     build_seconds = time.perf_counter() - t0
 
@@ -143,16 +177,22 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
     halves = {h: [p for p in paraphrases if p["half"] == h] for h in ("calibration", "heldout")}
     injected = {h: inject(ps, clean_cal if h == "calibration" else clean_held) for h, ps in halves.items()}
 
-    # calibration: the margin each paraphrase reaches for its own item, and each clean document's highest margin
-    cal_scores = sem.doc_item_max(injected["calibration"])
-    cal_true = np.array([cal_scores[d, index_of[p["item_id"]]] for d, p in enumerate(halves["calibration"])])
+    # calibration: each clean document's highest margin per item, then the candidates' lexical shares
     cal_clean = sem.doc_item_max(clean_cal)
-    chosen = choose_threshold(cal_clean.max(axis=1), target_fp)
     per_item = np.array(benchmark_of)
+    everything = np.ones(len(items), dtype=bool)
+    chosen = choose_pair(sem, clean_cal, cal_clean, everything, target_fp, candidate_fp)
     chosen_by_benchmark = {
-        b: choose_threshold(cal_clean[:, per_item == b].max(axis=1), target_fp / 3) for b in sorted(set(benchmark_of))
+        b: choose_pair(sem, clean_cal, cal_clean, per_item == b, target_fp / 3, candidate_fp)
+        for b in sorted(set(benchmark_of))
     }
-    cal_chosen = np.array([chosen_by_benchmark[p["benchmark"]] for p in halves["calibration"]])
+    # the calibration paraphrases found at the pairs chosen here (not at the committed ones)
+    floor = np.array([chosen_by_benchmark[b][0] for b in benchmark_of])
+    lexical = np.array([chosen_by_benchmark[b][1] for b in benchmark_of])
+    confirmed = {
+        (c.doc, c.item) for c in sem.candidates(injected["calibration"], floor=floor) if c.lexical >= lexical[c.item]
+    }
+    cal_found_at_chosen = sum((d, index_of[p["item_id"]]) in confirmed for d, p in enumerate(halves["calibration"]))
 
     def found(docs: list[str], ps: list[dict]) -> tuple[int, int]:
         """(found by any kind, found semantically) among the injected paraphrases."""
@@ -180,10 +220,13 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
     return {
         "bench": "semantic_quarantine",
         "thresholds": semantic.BENCHMARK_THRESHOLDS,
-        "thresholds_chosen_on_calibration": chosen_by_benchmark,
-        "default_threshold": semantic.DEFAULT_THRESHOLD,
-        "default_threshold_chosen_on_calibration": chosen,
+        "lexical": semantic.BENCHMARK_LEXICAL,
+        "thresholds_lexical_chosen_on_calibration": chosen_by_benchmark,
+        "default_threshold_lexical": [semantic.DEFAULT_THRESHOLD, semantic.DEFAULT_LEXICAL],
+        "default_threshold_lexical_chosen_on_calibration": chosen,
         "target_fp": target_fp,
+        "candidate_fp": candidate_fp,
+        "context_words": sem.context_words,
         "window_words": sem.window_words,
         "stride_words": sem.stride_words,
         "recall": round(held_any / n_held, 3),
@@ -202,7 +245,7 @@ def measure(curated_home: str | None, target_fp: float) -> dict:
             "calibration_found_semantic": cal_sem,
             "calibration_clean_documents": len(clean_cal),
             "calibration_clean_flagged": flagged_cal,
-            "calibration_recall_at_chosen": round(float((cal_true >= cal_chosen).mean()), 3),
+            "calibration_found_semantic_at_chosen": cal_found_at_chosen,
             "items": len(items),
         },
         "index_build_seconds": round(build_seconds, 1),
@@ -232,7 +275,9 @@ def exact_near_check() -> dict:
             ngram, near = NgramIndex.build(texts), NearMatchIndex.build(texts)
             found = [find_matches(d, ngram, near) for d in docs]
             if mode != "off":
-                sem = semantic.SemanticIndex.build(texts, threshold=semantic.threshold_for(b))
+                sem = semantic.SemanticIndex.build(
+                    texts, threshold=semantic.threshold_for(b), lexical=semantic.lexical_for(b)
+                )
                 sem.cache = cache if mode == "cached" else None
                 found = [f + s for f, s in zip(found, sem.find_batch(docs, found))]
             found_rows += [(b, d, m) for d, ms in enumerate(found) for m in ms]
@@ -253,12 +298,24 @@ def main() -> None:
     parser.add_argument("--curated-home", help="TOKENLAKE_HOME of a lakehouse whose kept curated documents are clean")
     parser.add_argument("--target-fp", type=float, default=0.005, help="calibration false-positive budget")
     parser.add_argument(
+        "--candidate-fp",
+        type=float,
+        default=semantic.CANDIDATE_FP,
+        help="share of the calibration clean documents the candidate margin lets through to the lexical check",
+    )
+    parser.add_argument(
         "--exact-near-check",
         action="store_true",
         help="instead: screen tests/quarantine/injection.py's documents with semantic off and on (rows, CPU seconds)",
     )
     args = parser.parse_args()
-    print(json.dumps(exact_near_check() if args.exact_near_check else measure(args.curated_home, args.target_fp)))
+    print(
+        json.dumps(
+            exact_near_check()
+            if args.exact_near_check
+            else measure(args.curated_home, args.target_fp, args.candidate_fp)
+        )
+    )
 
 
 if __name__ == "__main__":

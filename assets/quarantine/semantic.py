@@ -10,6 +10,12 @@ data/quarantine_background). Raw cosine measures topic: a
 short MMLU question about the Supreme Court is as close to a Wikipedia paragraph on the court as to its own
 paraphrase. Subtracting what the item already scores against clean text on its topic leaves what is specific
 to the item (tests/quarantine/test_semantic.py, bench/semantic_quarantine.py).
+
+A window whose score reaches the item's margin is only a candidate; it is confirmed by a second, lexical
+signal: the share of the item's distinct words, weighted by their rarity in the same clean text (inverse
+document frequency), that occur in the window or the `context_words` words either side of it. A paraphrase
+keeps the item's numbers, names, answer options and identifiers; a clean text on the same topic (a news
+story about cars and HumanEval's car race) shares its meaning but few of its rare words.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,10 +35,16 @@ import numpy as np
 from assets.quarantine.ngrams import Match, NormalisedText, normalise_words
 
 # chosen on the calibration half by bench/semantic_quarantine.py (README.md): one per shipped benchmark (their
-# items score differently against clean text: code never looks like prose), and DEFAULT_THRESHOLD, the single
-# margin chosen over all three, for benchmarks registered later
+# items score differently against clean text: code never looks like prose), and DEFAULT_THRESHOLD /
+# DEFAULT_LEXICAL, chosen over all three, for benchmarks registered later. The margin (candidate stage) lets
+# through at most CANDIDATE_FP of the calibration clean documents; the lexical share (confirmation stage) is
+# the lowest at which the candidates then flag at most the false-positive budget.
 DEFAULT_THRESHOLD = 0.29
 BENCHMARK_THRESHOLDS = {"gsm8k": 0.27, "mmlu_redux": 0.3, "humaneval": 0.09}
+DEFAULT_LEXICAL = 0.0
+BENCHMARK_LEXICAL = {"gsm8k": 0.0, "mmlu_redux": 0.0, "humaneval": 0.0}
+CANDIDATE_FP = 0.05
+DEFAULT_CONTEXT_WORDS = 32  # words either side of a candidate window that its lexical share also counts
 DEFAULT_WINDOW_WORDS = 32
 DEFAULT_STRIDE_WORDS = 8
 DEFAULT_MIN_WORDS = 16  # shorter documents (and items) embed too few words to say what they are about
@@ -138,6 +151,33 @@ def threshold_for(benchmark: str, default: float = DEFAULT_THRESHOLD) -> float:
     return BENCHMARK_THRESHOLDS.get(benchmark, default)
 
 
+def lexical_for(benchmark: str, default: float = DEFAULT_LEXICAL) -> float:
+    """The lexical share measured for `benchmark` (BENCHMARK_LEXICAL), else `default`."""
+    return BENCHMARK_LEXICAL.get(benchmark, default)
+
+
+def inverse_document_frequency(texts: Sequence[str]) -> dict[str, float]:
+    """log((N + 1) / (df + 1)) of every normalised word of `texts` (N texts, df: texts that contain the word);
+    a word absent from them weighs log(N + 1) (`word_weight`)."""
+    df: dict[str, int] = {}
+    for t in texts:
+        for w in set(normalise_words(t).words):
+            df[w] = df.get(w, 0) + 1
+    n = len(texts)
+    return {w: math.log((n + 1) / (c + 1)) for w, c in df.items()}
+
+
+def word_weight(idf: dict[str, float], n_texts: int, word: str) -> float:
+    """A word's rarity weight: its inverse document frequency, log(n_texts + 1) when no text has it."""
+    return idf.get(word, math.log(n_texts + 1))
+
+
+def lexical_share(item_weights: dict[str, float], words: set[str]) -> float:
+    """Share of the item's distinct words, by weight, that occur in `words` (0.0 for an item without words)."""
+    total = sum(item_weights.values())
+    return sum(v for w, v in item_weights.items() if w in words) / total if total > 0 else 0.0
+
+
 def web_texts(path: Path = WEB_TEXT) -> list[str]:
     """Web pages (news articles, blogs, shops, documentation) that contain no benchmark item
     (data/quarantine_background/README.md), in file order."""
@@ -169,6 +209,24 @@ def default_background(window_words: int, stride_words: int, min_words: int) -> 
     emb = embed_batched(window_texts(background_texts(), window_words, stride_words, min_words), _default_embed)
     emb.setflags(write=False)
     return emb
+
+
+@lru_cache(maxsize=1)
+def default_idf() -> tuple[dict[str, float], int]:
+    """Inverse document frequencies of `background_texts()` and their number (computed once per process)."""
+    texts = background_texts()
+    return inverse_document_frequency(texts), len(texts)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A window whose score reaches its item's margin, with the window's lexical share of the item."""
+
+    doc: int
+    item: int
+    score: float  # rounded to SCORE_DECIMALS
+    lexical: float  # rounded to SCORE_DECIMALS
+    window: Window
 
 
 class WindowCache:
@@ -221,6 +279,9 @@ class SemanticIndex:
         matchable: np.ndarray,
         *,
         threshold: float | np.ndarray,
+        lexical: float | np.ndarray = DEFAULT_LEXICAL,
+        item_weights: Sequence[dict[str, float]] = (),
+        context_words: int = DEFAULT_CONTEXT_WORDS,
         window_words: int,
         stride_words: int,
         min_words: int,
@@ -232,6 +293,10 @@ class SemanticIndex:
         self.matchable = matchable  # bool per item: long enough to be matched semantically
         # per item (a float applies to every item); a score is compared after rounding to SCORE_DECIMALS
         self.threshold = np.broadcast_to(np.asarray(threshold, dtype=np.float64), matchable.shape).copy()
+        # per item: the confirmation stage's lowest lexical share (rounded like scores)
+        self.lexical = np.broadcast_to(np.asarray(lexical, dtype=np.float64), matchable.shape).copy()
+        self.item_weights = list(item_weights)  # per item: its distinct words' rarity weights
+        self.context_words = context_words
         self.window_words = window_words
         self.stride_words = stride_words
         self.min_words = min_words
@@ -246,6 +311,8 @@ class SemanticIndex:
         items: Sequence[str | object],
         *,
         threshold: float | Sequence[float] = DEFAULT_THRESHOLD,
+        lexical: float | Sequence[float] = DEFAULT_LEXICAL,
+        context_words: int = DEFAULT_CONTEXT_WORDS,
         window_words: int = DEFAULT_WINDOW_WORDS,
         stride_words: int = DEFAULT_STRIDE_WORDS,
         min_words: int = DEFAULT_MIN_WORDS,
@@ -256,14 +323,25 @@ class SemanticIndex:
         embed: Embed | None = None,
     ) -> SemanticIndex:
         """Embed items (`EvalItem`s or texts; item_index = position) and measure each one's background level on
-        the windows of `background` (default: `background_texts()`). `threshold`: one margin for all items, or
-        one per item."""
-        bad = [t for t in np.atleast_1d(np.asarray(threshold, dtype=np.float64)).tolist() if not 0.0 < t < 2.0]
+        the windows of `background` (default: `background_texts()`), and weigh each item's words by their
+        rarity in that text. `threshold` (the candidate margin) and `lexical` (the confirmation's lowest
+        lexical share): one for all items, or one per item."""
+        bad = [t for t in np.atleast_1d(np.asarray(threshold, dtype=np.float64)).tolist() if not -1.0 < t < 2.0]
         if bad:
-            raise ValueError(f"semantic threshold is a cosine margin in (0, 2), got {bad[0]}")
+            raise ValueError(f"semantic threshold is a cosine margin in (-1, 2), got {bad[0]}")
+        bad = [t for t in np.atleast_1d(np.asarray(lexical, dtype=np.float64)).tolist() if not 0.0 <= t <= 1.0]
+        if bad:
+            raise ValueError(f"semantic lexical threshold is a share of the item's word weight in [0, 1], got {bad[0]}")
+        if context_words < 0:
+            raise ValueError(f"semantic context_words must be >= 0 words, got {context_words}")
         embed = embed or _default_embed
         texts = [i if isinstance(i, str) else i.text for i in items]
         matchable = np.array([len(normalise_words(t)) >= min_words for t in texts], dtype=bool)
+        if background is None:
+            idf, n_texts = default_idf()
+        else:
+            idf, n_texts = inverse_document_frequency(background), len(background)
+        item_weights = [{w: word_weight(idf, n_texts, w) for w in set(normalise_words(t).words)} for t in texts]
         emb = embed_batched(texts, embed, batch_windows)
         if background is None and embed is _default_embed:
             bg = default_background(window_words, background_stride, min_words)
@@ -277,6 +355,9 @@ class SemanticIndex:
             top_k_mean(emb, bg, background_k) if len(emb) else np.zeros(0, dtype=np.float32),
             matchable,
             threshold=threshold,
+            lexical=lexical,
+            item_weights=item_weights,
+            context_words=context_words,
             window_words=window_words,
             stride_words=stride_words,
             min_words=min_words,
@@ -307,21 +388,26 @@ class SemanticIndex:
             np.maximum.at(out, np.array([w.doc for w in block]), s)
         return out
 
-    def find_batch(self, texts: Sequence[str], found: Sequence[Sequence[Match]] | None = None) -> list[list[Match]]:
-        """Semantic matches of each text, one Match per item (its best window, score >= threshold) by item
-        index. `found[d]`: matches already found in text d by n-grams or near matching; their items are not
-        reported again, and windows overlapping their spans are not scored (a copied item is not evidence of a
-        paraphrase of its neighbours: GSM8K problems all look alike). Windows are embedded and scored
-        `batch_windows` at a time."""
+    def candidates(
+        self, texts: Sequence[str], found: Sequence[Sequence[Match]] | None = None, floor: np.ndarray | None = None
+    ) -> list[Candidate]:
+        """Every (window, item) of `texts` whose score reaches the item's `floor` (default: its margin), with the
+        lexical share of the item's words in the window and `context_words` words either side, in window and
+        item order. `found[d]`: matches already found in text d by n-grams or near matching; windows
+        overlapping their spans are not scored (a copied item is not evidence of a paraphrase of its
+        neighbours: GSM8K problems all look alike). Windows are embedded and scored `batch_windows` at a
+        time."""
+        floor = self.threshold if floor is None else np.asarray(floor, dtype=np.float64)
+        norms = [normalise_words(t) for t in texts]
         wins: list[Window] = []
-        for d, t in enumerate(texts):
+        for d, norm in enumerate(norms):
             spans = [(m.char_start, m.char_end) for m in found[d]] if found is not None else []
             wins += [
                 w
-                for w in windows(normalise_words(t), d, self.window_words, self.stride_words, self.min_words)
+                for w in windows(norm, d, self.window_words, self.stride_words, self.min_words)
                 if not any(w.char_start < end and start < w.char_end for start, end in spans)
             ]
-        best: dict[tuple[int, int], tuple[float, int]] = {}  # (doc, item) -> (score, window)
+        out: list[Candidate] = []
         for b in range(0, len(wins), self.batch_windows):
             block = wins[b : b + self.batch_windows]
             block_texts = [texts[w.doc][w.char_start : w.char_end] for w in block]
@@ -333,19 +419,37 @@ class SemanticIndex:
             s[:, ~self.matchable] = -np.inf
             # scores are rounded to SCORE_DECIMALS before the comparison: float32 sums differ in their last
             # bits with the batch's shape, and how documents fall into batches depends on the task's slice
-            rows, cols = np.nonzero(s >= self.threshold[None, :] - 10.0**-SCORE_DECIMALS)
+            rows, cols = np.nonzero(s >= floor[None, :] - 10.0**-SCORE_DECIMALS)
+            context: dict[int, set[str]] = {}
             for r, c in zip(rows.tolist(), cols.tolist()):
-                key, score = (block[r].doc, c), round(float(s[r, c]), SCORE_DECIMALS)
-                if score < self.threshold[c]:
+                score = round(float(s[r, c]), SCORE_DECIMALS)
+                if score < floor[c]:
                     continue
-                if key not in best or score > best[key][0]:
-                    best[key] = (score, b + r)
+                w = block[r]
+                if r not in context:
+                    words = norms[w.doc].words
+                    context[r] = set(words[max(0, w.first - self.context_words) : w.last + 1 + self.context_words])
+                lexical = round(lexical_share(self.item_weights[c], context[r]), SCORE_DECIMALS)
+                out.append(Candidate(w.doc, c, score, lexical, w))
+        return out
+
+    def find_batch(self, texts: Sequence[str], found: Sequence[Sequence[Match]] | None = None) -> list[list[Match]]:
+        """Semantic matches of each text, one Match per item (its best confirmed window: score >= the item's
+        margin and lexical share >= its lexical threshold) by item index. Items already in `found[d]` are not
+        reported again, and windows overlapping their spans are not scored (`candidates`)."""
+        best: dict[tuple[int, int], Candidate] = {}
+        for cand in self.candidates(texts, found):
+            if cand.lexical < self.lexical[cand.item]:
+                continue
+            key = (cand.doc, cand.item)
+            if key not in best or cand.score > best[key].score:
+                best[key] = cand
         skip = [{m.item_index for m in f} for f in found] if found is not None else None
         out: list[list[Match]] = [[] for _ in texts]
-        for (d, item), (score, w) in sorted(best.items()):
+        for (d, item), cand in sorted(best.items()):
             if skip is not None and item in skip[d]:
                 continue
-            out[d].append(Match(item, "semantic", score, wins[w].char_start, wins[w].char_end))
+            out[d].append(Match(item, "semantic", cand.score, cand.window.char_start, cand.window.char_end))
         return out
 
     def find(self, text: str, found: Sequence[Match] = ()) -> list[Match]:
