@@ -69,6 +69,10 @@ DEFAULT_PREFETCH = 8  # batches read ahead (40 bytes a token each): covers a blo
 _EPOCHS_CACHED = 2
 # DataLoader workers hand over this many consecutive steps per item (compact: ~2 bytes a token, 260 KB at 8 x 2048)
 WORKER_CHUNK_STEPS = 8
+# in process (world size 1), consecutive steps read, verified and packed by one vectorised pass (amortises its
+# fixed cost): at most RUN_STEPS steps and RUN_TOKENS tokens (~5 MB of tensors), so big batches go one at a time
+RUN_STEPS = 8
+RUN_TOKENS = 1 << 17
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -150,11 +154,29 @@ class BatchPlan:
         out = [[(int(order[p]), a, b) for p, a, b in sequence_pieces(offsets, i, self.seq_len)] for i in seqs]
         return epoch, list(seqs), out
 
-    def stream_window(self, step: int, rank: int = 0, world_size: int = 1) -> tuple[int, range, int, int, int, int]:
+    def run_length(self, step: int, world_size: int, limit: int, stop: int | None = None) -> int:
+        """How many consecutive global steps from `step` (at most `limit`, before `stop`) one `read` can serve:
+        their sequences must be one contiguous range of one epoch, i.e. world size 1; otherwise 1."""
+        if world_size != 1 or limit <= 1:
+            return 1
+        spe = self.schedule.steps_per_epoch
+        n = min(int(limit), spe - step % spe)
+        if stop is not None:
+            n = min(n, int(stop) - step)
+        return max(1, n)
+
+    def stream_window(
+        self, step: int, rank: int = 0, world_size: int = 1, n_steps: int = 1
+    ) -> tuple[int, range, int, int, int, int]:
         """(epoch, sequence indices, t_lo, t_end, p_lo, p_hi): the stream tokens [t_lo, t_end) a rank's batch
-        reads (its sequences plus the next token, for the last label) and the epoch order positions
-        [p_lo, p_hi) of the documents holding them."""
+        (`n_steps` consecutive batches: world size 1, one epoch, see `run_length`) reads (its sequences plus
+        the next token, for the last label) and the epoch order positions [p_lo, p_hi) of the documents
+        holding them."""
         epoch, seqs = self.schedule.sequences(step, rank, world_size)
+        if n_steps > 1:
+            if world_size != 1 or self.schedule.locate(step + n_steps - 1)[0] != epoch:
+                raise ValueError(f"{n_steps} steps from {step} at world size {world_size} are not one stream range")
+            seqs = range(seqs.start, seqs.start + n_steps * len(seqs))
         _, offsets = self.epoch_layout(epoch)
         total = int(offsets[-1])
         t_lo = seqs.start * self.seq_len
@@ -170,15 +192,17 @@ class BatchPlan:
         epoch, _, _, _, p_lo, p_hi = self.stream_window(step, rank, world_size)
         return self.epoch_layout(epoch)[0][p_lo:p_hi]
 
-    def read(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
-        """The compact form of a rank's batch: its stream tokens (read and verified, source dtype) and where the
-        documents start; a few tens of KB that a DataLoader worker pickles in one piece (`assemble` expands it)."""
-        epoch, seqs, t_lo, t_end, p_lo, p_hi = self.stream_window(step, rank, world_size)
+    def read(self, step: int, rank: int = 0, world_size: int = 1, n_steps: int = 1) -> dict[str, Any]:
+        """The compact form of a rank's batch (or of `n_steps` consecutive ones, see `run_length`): its stream
+        tokens (read and verified, source dtype) and where the documents start; a few tens of KB a step that a
+        DataLoader worker pickles in one piece (`assemble_steps` expands it)."""
+        epoch, seqs, t_lo, t_end, p_lo, p_hi = self.stream_window(step, rank, world_size, n_steps)
         order, offsets = self.epoch_layout(epoch)
         samples = order[p_lo:p_hi]
         doc_starts = offsets[p_lo : p_hi + 1]
         return {
             "step": int(step),
+            "n_steps": int(n_steps),
             "epoch": int(epoch),
             "rank": int(rank),
             "world_size": int(world_size),
@@ -191,7 +215,13 @@ class BatchPlan:
         }
 
     def assemble(self, compact: Mapping[str, Any]) -> dict[str, Any]:
-        """The batch dict of a compact batch: packing, masks, positions and audit spans in one vectorised pass."""
+        """The batch dict of a one-step compact batch (`assemble_steps` for several)."""
+        (batch,) = self.assemble_steps(compact)
+        return batch
+
+    def assemble_steps(self, compact: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The batch dicts of a compact read: packing, masks, positions and audit spans in one vectorised pass
+        over all its steps; each step's tensors are row slices (views) of one block."""
         seqs = range(*compact["sequences"])
         packed = pack_batch(
             compact["stream"],
@@ -204,11 +234,16 @@ class BatchPlan:
             self.policy,
         )
         c = compact
-        return self._collate(c["step"], c["epoch"], c["rank"], c["world_size"], seqs, c["samples"], packed)
+        n = int(c.get("n_steps", 1))
+        return self._collate(c["step"], c["epoch"], c["rank"], c["world_size"], seqs, c["samples"], packed, n)
 
     def batch(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
         """The batch `rank` of `world_size` serves at global `step`, tokens read and verified."""
         return self.assemble(self.read(step, rank, world_size))
+
+    def batches(self, step: int, n_steps: int, rank: int = 0, world_size: int = 1) -> list[dict[str, Any]]:
+        """The batches of global steps step .. step + n_steps - 1 (one read when `run_length` allows it)."""
+        return self.assemble_steps(self.read(step, rank, world_size, n_steps))
 
     def _gather(self, samples: np.ndarray, doc_starts: np.ndarray, t_lo: int, t_end: int) -> np.ndarray:
         source = self.view.source
@@ -223,30 +258,45 @@ class BatchPlan:
             which, start = which.reshape(-1), np.zeros(len(samples), dtype=np.int64)
         return gather_stream(buffers, which, start, doc_starts, t_lo, t_end)
 
-    def _collate(self, step, epoch, rank, world_size, seqs, samples, packed: PackedBatch) -> dict[str, Any]:
+    def _collate(
+        self, step, epoch, rank, world_size, seqs, samples, packed: PackedBatch, n_steps: int = 1
+    ) -> list[dict[str, Any]]:
         piece_samples = samples[packed.piece_document] if len(samples) else np.zeros(0, np.int64)
         ids = self._doc_ids[piece_samples].tolist()
         spans = list(zip(ids, packed.piece_start.tolist(), packed.piece_end.tolist(), strict=True))
         sample_list = piece_samples.tolist()
         bounds = np.searchsorted(packed.piece_sequence, np.arange(len(seqs) + 1)).tolist()
+        documents = [spans[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        sample_indices = [sample_list[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         cu = packed.cu_seqlens
-        return {
-            "input_ids": torch.from_numpy(packed.input_ids),
-            "labels": torch.from_numpy(packed.labels),
-            "loss_mask": torch.from_numpy(packed.loss_mask),
-            "position_ids": torch.from_numpy(packed.position_ids),
-            "segment_ids": torch.from_numpy(packed.segment_ids),
-            "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(np.diff(cu).max()),
-            "sequence_index": torch.arange(seqs.start, seqs.stop, dtype=torch.long),
-            "run_view_id": self.view.run_view_id,
-            "step": int(step),
-            "epoch": int(epoch),
-            "rank": int(rank),
-            "world_size": int(world_size),
-            "documents": [spans[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
-            "sample_indices": [sample_list[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
-        }
+        seg_len = np.diff(cu)
+        per = len(seqs) // n_steps
+        span = per * self.seq_len
+        cut = np.searchsorted(cu, np.arange(n_steps + 1, dtype=np.int64) * span).tolist()
+        index = np.arange(seqs.start, seqs.stop, dtype=np.int64)
+        names = ("input_ids", "labels", "loss_mask", "position_ids", "segment_ids")
+        arrays = [getattr(packed, f) for f in names]
+        out = []
+        for j in range(n_steps):
+            a, b = cut[j], cut[j + 1]
+            rows = slice(j * per, (j + 1) * per)
+            batch = {f: torch.from_numpy(x[rows]) for f, x in zip(names, arrays, strict=True)}
+            batch.update(
+                {
+                    "cu_seqlens": torch.from_numpy(cu[a : b + 1] - np.int32(j * span)),
+                    "max_seqlen": int(seg_len[a:b].max()),
+                    "sequence_index": torch.from_numpy(index[rows]),
+                    "run_view_id": self.view.run_view_id,
+                    "step": int(step) + j,
+                    "epoch": int(epoch),
+                    "rank": int(rank),
+                    "world_size": int(world_size),
+                    "documents": documents[rows],
+                    "sample_indices": sample_indices[rows],
+                }
+            )
+            out.append(batch)
+        return out
 
 
 # --- state ------------------------------------------------------------------------------------------------
@@ -343,7 +393,7 @@ def _assembled(plan: BatchPlan, batches: Iterator[dict[str, Any]], readers: dict
                 if b.get("reader") is not None:
                     readers[b["worker"]] = b["reader"]
                 for c in b["chunk"]:
-                    yield plan.assemble(c)
+                    yield from plan.assemble_steps(c)
                 continue
             if "stream" not in b:
                 yield b
@@ -477,6 +527,9 @@ class RunViewDataset(IterableDataset):
             yield from self._iter_chunks()
             return
         readahead = self._readahead()
+        if not compact and get_worker_info() is None:
+            yield from self._iter_runs(readahead)
+            return
         try:
             for k in self._steps():
                 if readahead is not None:
@@ -491,6 +544,30 @@ class RunViewDataset(IterableDataset):
             if readahead is not None:
                 readahead.close()
 
+    def _iter_runs(self, readahead) -> Iterator[dict[str, Any]]:
+        """In the main process: runs of up to RUN_STEPS consecutive steps read, verified and packed at once
+        (world size 1; one step at a time otherwise), yielded one batch at a time."""
+        stop = self.stop_step
+        try:
+            k = self._cursor
+            per_step = self.plan.global_batch_size * self.plan.seq_len
+            limit = max(1, min(RUN_STEPS, RUN_TOKENS // per_step))
+            while stop is None or k < stop:
+                n = self.plan.run_length(k, self.world_size, limit, stop)
+                if readahead is not None:
+                    readahead.advance(k)
+                if n == 1:
+                    run = [self.plan.batch(k, self.rank, self.world_size)]
+                else:
+                    run = self.plan.batches(k, n, self.rank, self.world_size)
+                for batch in run:
+                    self._cursor = batch["step"] + 1
+                    yield batch
+                k += n
+        finally:
+            if readahead is not None:
+                readahead.close()
+
     def _iter_chunks(self) -> Iterator[dict[str, Any]]:
         """Inside a DataLoader worker: {"chunk": [compact batches of this worker's next chunk], "reader", "worker"}."""
         readahead = self._readahead(chunked=True)
@@ -498,10 +575,13 @@ class RunViewDataset(IterableDataset):
         try:
             for steps in self._chunks():
                 out = []
-                for k in steps:
+                k = steps[0]
+                while k <= steps[-1]:
+                    n = self.plan.run_length(k, self.world_size, steps[-1] + 1 - k)
                     if readahead is not None:
                         readahead.advance(k)
-                    out.append(self.plan.read(k, self.rank, self.world_size))
+                    out.append(self.plan.read(k, self.rank, self.world_size, n))
+                    k += n
                 self._cursor = steps[-1] + 1
                 yield {"chunk": out, "reader": self.reader_summary(disk=False), "worker": wid}
         finally:

@@ -70,3 +70,40 @@ def test_gather_stream_reads_documents_from_several_buffers(lengths, n_buffers, 
     p_hi = max(p_lo, int(np.searchsorted(offsets, t_end - 1, side="right"))) if t_end > t_lo else p_lo
     got = gather_stream(buffers, which[p_lo:p_hi], start[p_lo:p_hi], offsets[p_lo : p_hi + 1], t_lo, t_end)
     assert np.array_equal(got, np.concatenate(docs)[t_lo:t_end])
+
+
+def batch_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k, v in a.items():
+        if hasattr(v, "dtype"):
+            assert v.dtype == b[k].dtype and v.shape == b[k].shape and bool((v == b[k]).all()), k
+        else:
+            assert v == b[k], k
+
+
+@given(
+    docs=docs_strategy(),
+    seq_len=st.integers(2, 24),
+    gb=st.integers(1, 4),
+    first=st.integers(0, 12),
+    n=st.integers(1, 9),
+    policy=st.sampled_from(["masked", "allowed"]),
+)
+def test_one_read_of_consecutive_steps_equals_step_by_step(docs, seq_len, gb, first, n, policy):
+    """BatchPlan.batches (one read, verify and pack over a run of steps, as the in-process loader serves them)
+    gives exactly the batches of BatchPlan.batch, step by step, up to the epoch's last (padded) step."""
+    from loader import in_memory_view
+    from loader.dataset import BatchPlan
+
+    view = in_memory_view(
+        list(docs), seq_len=seq_len, eos_id=EOS, cross_document_attention=policy, epochs=2, block_size=3
+    )
+    plan = BatchPlan(view, gb)
+    first = first % plan.schedule.total_steps
+    k = plan.run_length(first, 1, n, plan.schedule.total_steps)
+    assert 1 <= k <= n and (first + k - 1) // plan.schedule.steps_per_epoch == first // plan.schedule.steps_per_epoch
+    got = plan.batches(first, k)
+    assert len(got) == k
+    for j, b in enumerate(got):
+        batch_equal(b, plan.batch(first + j))
+    assert plan.run_length(first, 2, n) == 1  # ranks' sequences are not one range: one step at a time
