@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 EMBEDDING_MODEL = "wordllama-0.3.9/l2_supercat/256"
+BATCH = 64  # texts tokenized per call (wordllama's own default batch)
 
 
 @lru_cache(maxsize=2)
@@ -29,7 +30,26 @@ def static_embedder(dim: int = 256):
 
 
 def embed(texts: list[str], dim: int = 256) -> np.ndarray:
-    """L2-normalised float32 embeddings, one row per text (cosine similarity = dot product)."""
+    """L2-normalised float32 embeddings, one row per text (cosine similarity = dot product).
+
+    The same bits as wordllama's `embed(texts, norm=True)` (mean of the tokens' vectors, then L2 norm;
+    tests/curated/test_embeddings.py), without its padding: wordllama gathers a (batch x longest text x dim)
+    array and masks the padding out, which for a batch of page heads is mostly padding (15x the work here).
+    Each text's vectors are summed in token order over its own tokens only, the same float32 additions."""
     if not texts:
         return np.zeros((0, dim), dtype=np.float32)
-    return np.asarray(static_embedder(dim).embed(texts, norm=True), dtype=np.float32)
+    model = static_embedder(dim)
+    table = model.embedding
+    out = np.empty((len(texts), table.shape[1]), dtype=np.float32)
+    for start in range(0, len(texts), BATCH):
+        encodings = model.tokenize(list(texts[start : start + BATCH]))
+        pooled = np.empty((len(encodings), table.shape[1]), dtype=np.float32)
+        for j, enc in enumerate(encodings):
+            mask = np.asarray(enc.attention_mask, dtype=np.float32)
+            ids = np.asarray(enc.ids, dtype=np.int32)[mask > 0]
+            np.clip(ids, 0, table.shape[0] - 1, out=ids)
+            pooled[j] = table[ids].sum(axis=0, dtype=np.float32) / np.float32(max(mask.sum(), 1.0))
+        with np.errstate(invalid="ignore"):  # an empty text: 0/0, NaN as wordllama gives
+            pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        out[start : start + len(encodings)] = pooled
+    return out

@@ -106,7 +106,7 @@ def cheap_features(text: str, url: str | None = None) -> list[float]:
         len(_FORUM_LINE.findall(t)) / lines,
         len(_CODE_CHARS.findall(t)) / n,
         t.count("|") / n,
-        sum(c.isdigit() for c in t) / n,
+        sum(map(str.isdigit, t)) / n,
         min(len(_PRICE.findall(t)), 10) / 10,
         t.count("?") / lines,
         math.log1p(len(text)),
