@@ -60,7 +60,15 @@ from loader.errors import (
 )
 from loader.metrics import LoaderMetrics
 from loader.order import ORDER_VERSION, Schedule, epoch_order, rank_slice, worker_steps
-from loader.packing import PackedBatch, check_policy, gather_stream, pack_batch, sequence_pieces, stream_offsets
+from loader.packing import (
+    BlockPool,
+    PackedBatch,
+    check_policy,
+    gather_stream,
+    pack_batch,
+    sequence_pieces,
+    stream_offsets,
+)
 from loader.view import RunView
 
 STATE_FORMAT = "tokenlake.loader_state"
@@ -113,6 +121,7 @@ class BatchPlan:
         )
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._doc_ids = np.asarray(view.doc_ids, dtype=object)
+        self._pool = BlockPool()  # packed blocks reused once the batches made from them are dropped
 
     @property
     def global_batch_size(self) -> int:
@@ -232,6 +241,7 @@ class BatchPlan:
             self.seq_len,
             self.eos_id,
             self.policy,
+            self._pool,
         )
         c = compact
         n = int(c.get("n_steps", 1))

@@ -3,6 +3,8 @@ batch position and policy; and the gather reads the right stream tokens out of s
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -107,3 +109,28 @@ def test_one_read_of_consecutive_steps_equals_step_by_step(docs, seq_len, gb, fi
     for j, b in enumerate(got):
         batch_equal(b, plan.batch(first + j))
     assert plan.run_length(first, 2, n) == 1  # ranks' sequences are not one range: one step at a time
+
+
+def test_pooled_blocks_are_reused_only_after_every_batch_of_them_is_dropped():
+    """The loader recycles a packed block once no batch references it: batches held by the consumer keep their
+    values while later ones are made, and a dropped batch's block is written again (no fresh pages)."""
+    from loader import RunViewLoader, in_memory_view
+    from loader.dataset import BatchPlan
+    from tests.loader.views import gpt2_docs
+
+    view = in_memory_view(list(gpt2_docs(40)), seq_len=64, eos_id=EOS, epochs=3, block_size=4)
+    data = RunViewLoader(view, 4, prefetch=0)
+    held = list(data)  # every batch of 3 epochs kept alive
+    reference = BatchPlan(view, 4)
+    assert len(held) == reference.schedule.total_steps > 24  # more batches than the pool keeps
+    for b in held:
+        batch_equal(b, reference.batch(b["step"]))
+    pool = data.plan._pool
+    assert all(sys.getrefcount(x) > 2 for x in pool._blocks)  # all still in use
+    del held, b
+    pointers = {x.ctypes.data for x in pool._blocks}
+    again = RunViewLoader(view, 4, prefetch=0)
+    again.dataset.plan._pool = pool
+    first = next(iter(again))
+    assert first["input_ids"].untyped_storage().data_ptr() in pointers  # a dropped block was reused
+    batch_equal(first, reference.batch(0))
