@@ -11,8 +11,11 @@ split) of the earliest earlier cluster it touches. Exact duplicates have identic
 canonical's near-duplicate cluster; ``cluster_ids`` also follows ``duplicate_of`` for an exact duplicate the
 near-duplicate step did not see (a text too short for one shingle).
 
-Semantic clusters (paraphrases, issue item 4) are not assigned yet: when they exist they refine the cluster
-id the same way (the earliest cluster a document touches wins).
+Semantic links refine the cluster id (``semantic_clusters.py``): documents whose embeddings are neighbours
+(cosine >= ``SplitParams.semantic_threshold``) land in one split cluster, crawl-ordered by the same rule (a
+later document joins the earliest earlier cluster it touches), so every member of a near-duplicate cluster and
+every semantic neighbour of an earlier document lands in one split. ``semantic_threshold=None`` is the
+near-duplicate-only assignment (what views recorded before semantic links existed rebuild with).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from dataclasses import dataclass
 
 SPLITS = ("train", "validation", "test")
 _SCALE = float(1 << 64)
+# cosine of two documents' wordllama embeddings from which they are semantic neighbours; measured, see
+# semantic_clusters.py and tests/dedup/test_semantic_clusters.py
+SEMANTIC_THRESHOLD = 0.75
 
 
 @dataclass(frozen=True)
@@ -32,15 +38,26 @@ class SplitParams:
     validation: float = 0.005
     test: float = 0.005
     seed: int = 0
+    semantic_threshold: float | None = SEMANTIC_THRESHOLD
 
     def __post_init__(self) -> None:
         if not (0 <= self.validation and 0 <= self.test and self.validation + self.test < 1):
             raise ValueError(
                 f"split fractions must be >= 0 with validation + test < 1, got {self.validation}, {self.test}"
             )
+        if self.semantic_threshold is not None and not -1 <= self.semantic_threshold <= 1:
+            raise ValueError(
+                f"semantic_threshold is a cosine in [-1, 1] or None (near duplicates only), "
+                f"got {self.semantic_threshold}"
+            )
 
     def as_dict(self) -> dict:
-        return {"validation": self.validation, "test": self.test, "seed": self.seed, "by": "near_duplicate_cluster"}
+        """As recorded in a run view's manifest (the near-duplicate-only form is the one recorded before
+        semantic links existed, so those views keep their ids)."""
+        base = {"validation": self.validation, "test": self.test, "seed": self.seed}
+        if self.semantic_threshold is None:
+            return {**base, "by": "near_duplicate_cluster"}
+        return {**base, "by": "near_duplicate_and_semantic_cluster", "semantic_threshold": self.semantic_threshold}
 
 
 def cluster_point(cluster_id: str, seed: int) -> float:

@@ -70,6 +70,7 @@ class RunViewConfig(dg.Config):
     validation_fraction: float = _knob(store.RunViewSpec, "validation_fraction")
     test_fraction: float = _knob(store.RunViewSpec, "test_fraction")
     split_seed: int = _knob(store.RunViewSpec, "split_seed")
+    semantic_threshold: Optional[float] = _knob(store.RunViewSpec, "semantic_threshold")
     rebuild_of: Optional[str] = pydantic.Field(
         default=None,
         description=(

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import And, EqualTo, IsNull, Not, Or
 
-from assets.dedup.splits import SPLITS, SplitParams, cluster_ids, split_of
+from assets.dedup.semantic_clusters import split_cluster_ids
+from assets.dedup.splits import SEMANTIC_THRESHOLD, SPLITS, SplitParams, cluster_ids, split_of
 from assets.knobs import knob
 from assets.run_view.mixture import Component, Realised, select, within_tolerance
 from assets.tokenized.tokens import check_rows
@@ -134,12 +135,17 @@ class RunViewSpec:
     share_tolerance: float = knob(0.01, "Allowed |realised - requested| token share per component (0.01 = 1 point).")
     split: str | None = knob(
         None,
-        "'train', 'validation' or 'test': only documents whose near-duplicate cluster falls in that split "
-        "(assets/dedup/splits.py); null: every document.",
+        "'train', 'validation' or 'test': only documents whose cluster (near duplicates joined by semantic "
+        "links, assets/dedup/splits.py) falls in that split; null: every document.",
     )
     validation_fraction: float = knob(0.005, "Share of near-duplicate clusters in the validation split.")
     test_fraction: float = knob(0.005, "Share of near-duplicate clusters in the test split.")
     split_seed: int = knob(0, "Seed of the split assignment (not of the selection order: that is `seed`).")
+    semantic_threshold: float | None = knob(
+        SEMANTIC_THRESHOLD,
+        "With a split: documents whose embeddings have at least this cosine are semantic neighbours and share "
+        "a split (assets/dedup/semantic_clusters.py, measured); null: near-duplicate clusters only.",
+    )
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -159,7 +165,7 @@ class RunViewSpec:
         self.split_params()  # checks the fractions
 
     def split_params(self) -> SplitParams:
-        return SplitParams(self.validation_fraction, self.test_fraction, self.split_seed)
+        return SplitParams(self.validation_fraction, self.test_fraction, self.split_seed, self.semantic_threshold)
 
     def config(self) -> dict:
         return {
@@ -246,10 +252,13 @@ def eligible_documents(
     counts = {r: reasons.get(r, 0) for r in EXCLUSION_REASONS}
     if split is None:
         return eligible, counts
-    table = lakehouse.scan_at(DEDUP_NEAR_DUPLICATES, at(DEDUP_NEAR_DUPLICATES), ("doc_id", "cluster_id"))
-    near = dict(zip(table.column("doc_id").to_pylist(), table.column("cluster_id").to_pylist()))
-    clusters = cluster_ids((d["doc_id"] for d in eligible), near, {})
-    chosen = [d for d in eligible if split_of(clusters[d["doc_id"]], split_params) == split]
+    if split_params.semantic_threshold is None:  # as views recorded before semantic links were built
+        table = lakehouse.scan_at(DEDUP_NEAR_DUPLICATES, at(DEDUP_NEAR_DUPLICATES), ("doc_id", "cluster_id"))
+        near = dict(zip(table.column("doc_id").to_pylist(), table.column("cluster_id").to_pylist()))
+        clusters = cluster_ids((d["doc_id"] for d in eligible), near, {})
+    else:  # near/exact-duplicate clusters joined by semantic links, crawl-ordered over every kept document
+        clusters = split_cluster_ids(lakehouse, pinned, split_params.semantic_threshold)
+    chosen = [d for d in eligible if split_of(clusters.get(d["doc_id"], d["doc_id"]), split_params) == split]
     return chosen, {**counts, "other_split": len(eligible) - len(chosen)}
 
 
@@ -301,6 +310,7 @@ def _split_fields(split: Mapping | None) -> dict:
         "validation_fraction": split["validation"],
         "test_fraction": split["test"],
         "split_seed": split["seed"],
+        "semantic_threshold": split.get("semantic_threshold"),  # absent: recorded before semantic links
     }
 
 

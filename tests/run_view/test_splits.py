@@ -1,7 +1,11 @@
-"""Splits by near-duplicate cluster (assets/dedup/splits.py) and run views that select a split: no cluster
-straddles two splits, adding a crawl changes no earlier split, and views without a split keep their ids."""
+"""Splits by near-duplicate cluster joined by semantic links (assets/dedup/splits.py, semantic_clusters.py) and
+run views that select a split: no cluster straddles two splits, adding a crawl changes no earlier split, and
+views without a split keep their ids."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -11,10 +15,12 @@ from hypothesis import strategies as st
 from pyiceberg.expressions import EqualTo
 
 from assets.dedup.clustering import cluster_crawl_ordered
-from assets.dedup.splits import SplitParams, cluster_ids, split_of
+from assets.dedup.semantic_clusters import split_cluster_ids
+from assets.dedup.splits import SEMANTIC_THRESHOLD, SplitParams, cluster_ids, split_of
+from assets.embeddings import embed
 from assets.run_view import store
 from iceberg_catalog import Provenance
-from iceberg_catalog.schemas import DEDUP_NEAR_DUPLICATES, RUN_VIEW_SAMPLES
+from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES, RUN_VIEW_SAMPLES
 from tests.run_view import builders
 
 WIDE = SplitParams(validation=0.3, test=0.3, seed=7)  # every split well populated in small tests
@@ -106,6 +112,8 @@ def test_run_views_select_disjoint_splits_and_views_without_a_split_keep_their_i
     assert "split" not in builders.spec(name="whole").config()
     _write_near_duplicates(lakehouse, docs, [[0, 1, 2], [3, 4]])
     whole = builders.candidate(lakehouse, name="whole")
+    pinned = store.load_manifest(lakehouse, whole.run_view_id)["manifest"]["inputs"]
+    clusters = split_cluster_ids(lakehouse, pinned, SEMANTIC_THRESHOLD)
     kw = {"validation_fraction": WIDE.validation, "test_fraction": WIDE.test, "split_seed": WIDE.seed}
     views = {s: builders.candidate(lakehouse, name=f"v-{s}", split=s, **kw) for s in ("train", "validation", "test")}
     selected = {s: {r["doc_id"] for r in _samples(lakehouse, v)} for s, v in views.items()}
@@ -118,9 +126,71 @@ def test_run_views_select_disjoint_splits_and_views_without_a_split_keep_their_i
         assert v.manifest["split"] == {"split": s, **WIDE.as_dict()}
         assert v.manifest["exclusions"]["other_split"] == len(in_whole) - len(selected[s])
         assert store.spec_from_manifest(v.manifest).split_params() == WIDE
-        assert {split_of(d, WIDE) for d in selected[s]} == {s}
+        assert {split_of(clusters[d], WIDE) for d in selected[s]} == {s}
     # the near duplicates' canonical documents carry their cluster's split; the duplicates are never selected
     assert docs[1]["doc_id"] not in in_whole and docs[0]["doc_id"] in in_whole
+    # near duplicates share their canonical's split cluster
+    assert clusters[docs[1]["doc_id"]] == clusters[docs[2]["doc_id"]] == clusters[docs[0]["doc_id"]]
+    # without semantic links (as views recorded before them), the cluster is the near-duplicate cluster
+    near_only = builders.candidate(lakehouse, name="v-near", split="train", semantic_threshold=None, **kw)
+    assert near_only.manifest["split"]["by"] == "near_duplicate_cluster"
+    assert "semantic_threshold" not in near_only.manifest["split"]
+    assert store.spec_from_manifest(near_only.manifest).semantic_threshold is None
+    near_train = {r["doc_id"] for r in _samples(lakehouse, near_only)}
+    assert near_train == {d for d in in_whole if split_of(d, WIDE) == "train"}
+
+
+PARAPHRASES = Path(__file__).resolve().parents[2] / "data" / "benchmarks" / "paraphrases" / "paraphrases.jsonl"
+
+
+def _linked_paraphrases(n: int) -> list[dict]:
+    """The first `n` benchmark items whose hand-written paraphrase is a semantic neighbour of the original."""
+    items = [json.loads(line) for line in PARAPHRASES.read_text().splitlines()]
+    cosine = (embed([i["original"] for i in items]) * embed([i["paraphrase"] for i in items])).sum(axis=1)
+    return [i for i, c in zip(items, cosine) if c >= SEMANTIC_THRESHOLD][:n]
+
+
+def _write_kept(lakehouse, crawl: str, segment: str, docs: dict[str, str], language: str = "en") -> None:
+    rows = [
+        {
+            "doc_id": d,
+            "record_id": f"<urn:uuid:{d}>",
+            "deletion_key": d,
+            "crawl": crawl,
+            "segment": segment,
+            "url": f"https://example.org/{d}",
+            "text": text,
+            "kept": True,
+            "language": language,
+        }
+        for d, text in docs.items()
+    ]
+    builders._write(lakehouse, CURATED_DOCUMENTS, {"crawl": crawl, "segment": segment}, rows)
+
+
+def test_semantic_neighbours_share_a_split_and_a_later_crawl_changes_no_earlier_split(lakehouse):
+    """Crawl 2020: Wikipedia paragraphs and benchmark items; crawl 2021: more paragraphs and the items'
+    paraphrases (no near-duplicate of anything). Each paraphrase joins its original's cluster; no document of
+    2020 changes cluster (hence split) when 2021 arrives."""
+    items = _linked_paraphrases(6)
+    assert len(items) == 6
+    builders.write_documents(lakehouse, n_docs=24, segments=("CC-2020/seg-a",))
+    _write_kept(lakehouse, "CC-2020", "seg-x", {f"orig-{k}": i["original"] for k, i in enumerate(items)})
+    _write_kept(lakehouse, "CC-2020", "seg-y", {"orig-de": items[0]["original"]}, language="de")
+    tables = (CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES)
+    before = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
+    builders.write_documents(lakehouse, n_docs=24, first=24, segments=("CC-2021/seg-a",))
+    _write_kept(lakehouse, "CC-2021", "seg-x", {f"para-{k}": i["paraphrase"] for k, i in enumerate(items)})
+    _write_kept(lakehouse, "CC-2021", "seg-y", {"para-de": items[0]["paraphrase"]}, language="de")
+    after = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
+    assert len(before) == 31 and len(after) == 62
+    # documents outside SEMANTIC_LANGUAGES (the embeddings are English) get no semantic links
+    assert after["para-de"] == "para-de" and after["orig-de"] == "orig-de"
+    assert {d: after[d] for d in before} == before
+    assert all(after[f"para-{k}"] == after[f"orig-{k}"] for k in range(len(items)))
+    for params in (WIDE, SplitParams()):
+        for d in before:
+            assert split_of(after[d], params) == split_of(before[d], params)
 
 
 def _samples(lakehouse, result: store.CandidateResult) -> list[dict]:
