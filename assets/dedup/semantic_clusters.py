@@ -39,23 +39,36 @@ __all__ = ["SEMANTIC_THRESHOLD", "semantic_edges", "split_clusters", "split_clus
 
 SEMANTIC_LANGUAGES = frozenset({"en"})  # curated.documents.language values whose documents get semantic links
 _BLOCK = 1024  # rows of the similarity matrix computed at a time
+_MARGIN = 1e-3  # candidates from float32 products: far wider than their rounding error
 
 
 def semantic_edges(embeddings: np.ndarray, threshold: float, block: int = _BLOCK) -> np.ndarray:
     """Pairs (i, j), i < j, of rows whose cosine (dot product of L2-normalised rows) reaches `threshold`, as a
-    sorted (k, 2) int64 array. Blocked: memory is `block` x n floats; time is quadratic in the documents."""
+    sorted (k, 2) int64 array. Candidates come from blocked float32 products (memory `block` x n floats, time
+    quadratic in the documents) with a margin; each candidate's cosine is then recomputed from its two rows alone
+    in float64, so a pair's decision never depends on which other documents are in the matrix (a later crawl
+    cannot flip an earlier pair)."""
     if not -1 <= threshold <= 1:
         raise ValueError(f"semantic threshold is a cosine in [-1, 1], got {threshold}")
     e = np.asarray(embeddings, dtype=np.float32)
     out = []
     for lo in range(0, len(e), block):
-        sims = e[lo : lo + block] @ e.T
-        i, j = np.nonzero(sims >= threshold)
+        i, j = np.nonzero(e[lo : lo + block] @ e.T >= threshold - _MARGIN)
         i = i + lo
         keep = i < j
         out.append(np.stack([i[keep], j[keep]], axis=1).astype(np.int64))
     edges = np.concatenate(out) if out else np.empty((0, 2), np.int64)
-    return edges[np.lexsort((edges[:, 1], edges[:, 0]))] if len(edges) else edges
+    if not len(edges):
+        return edges
+    edges = edges[pair_cosines(e, edges) >= threshold]
+    return edges[np.lexsort((edges[:, 1], edges[:, 0]))]
+
+
+def pair_cosines(embeddings: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """The cosine of each pair, from its two rows alone (float64, a fixed summation order)."""
+    a = embeddings[pairs[:, 0]].astype(np.float64)
+    b = embeddings[pairs[:, 1]].astype(np.float64)
+    return (a * b).sum(axis=1)
 
 
 def split_clusters(crawl_starts: Sequence[int], n_docs: int, unit_of: np.ndarray, links: np.ndarray) -> Clusters:
