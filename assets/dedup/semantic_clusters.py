@@ -131,7 +131,7 @@ def split_cluster_ids(
     threshold: float | None,
     embedder: Callable[[list[str]], np.ndarray] = embed,
 ) -> dict[str, str]:
-    """Each kept document's split cluster id (the doc_id of its cluster's first document) at the pinned
+    """Each kept document's split cluster id (its cluster's first document's duplicate cluster id) at the pinned
     snapshots of curated.documents, curated.exact_duplicates and dedup.near_duplicates; `threshold` None:
     near/exact-duplicate clusters only (no embeddings)."""
     docs = lakehouse.scan_at(
@@ -157,7 +157,9 @@ def split_cluster_ids(
     linkable = np.array([lang in SEMANTIC_LANGUAGES for lang in docs.column("language").to_pylist()], dtype=bool)
     links = linkable_edges(docs.column("text").to_pylist(), linkable, threshold, embedder)
     clusters = split_clusters(crawl_starts(docs.column("crawl")), len(doc_ids), unit_of, links)
-    return {d: doc_ids[int(c)] for d, c in zip(doc_ids, clusters.cluster_of)}
+    # a cluster is named by its first document's duplicate cluster id: its near/exact canonical, which stays the
+    # name (and the split) when that canonical is erased
+    return {d: units[doc_ids[int(c)]] for d, c in zip(doc_ids, clusters.cluster_of)}
 
 
 def linkable_edges(

@@ -193,6 +193,19 @@ def test_semantic_neighbours_share_a_split_and_a_later_crawl_changes_no_earlier_
             assert split_of(after[d], params) == split_of(before[d], params)
 
 
+def test_a_cluster_keeps_its_name_and_split_when_its_canonical_is_erased(lakehouse):
+    texts = builders.paragraphs()
+    docs = [{"doc_id": d, "crawl": "CC-2020", "segment": "seg-x"} for d in ("a-1", "a-2", "b")]
+    _write_kept(lakehouse, "CC-2020", "seg-x", {"a-1": texts[0], "a-2": texts[0] + " More.", "b": texts[1]})
+    _write_near_duplicates(lakehouse, docs, [[0, 1]])
+    tables = (CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES)
+    before = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
+    assert before["a-1"] == before["a-2"] == "a-1"
+    _write_kept(lakehouse, "CC-2020", "seg-x", {"a-2": texts[0] + " More.", "b": texts[1]})  # a-1 erased
+    after = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
+    assert after == {"a-2": "a-1", "b": before["b"]}
+
+
 def _samples(lakehouse, result: store.CandidateResult) -> list[dict]:
     rows = lakehouse.scan(RUN_VIEW_SAMPLES, row_filter=EqualTo("run_view_id", result.run_view_id))
     return rows.to_pylist()
