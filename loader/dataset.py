@@ -81,6 +81,8 @@ WORKER_CHUNK_STEPS = 8
 # fixed cost): at most RUN_STEPS steps and RUN_TOKENS tokens (~5 MB of tensors), so big batches go one at a time
 RUN_STEPS = 8
 RUN_TOKENS = 1 << 17
+# one per process, shared by every plan (a new loader reuses the blocks an old one's dropped batches left)
+BLOCK_POOL = BlockPool()
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -121,7 +123,7 @@ class BatchPlan:
         )
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._doc_ids = np.asarray(view.doc_ids, dtype=object)
-        self._pool = BlockPool()  # packed blocks reused once the batches made from them are dropped
+        self._pool = BLOCK_POOL  # packed blocks reused once the batches made from them are dropped
 
     @property
     def global_batch_size(self) -> int:

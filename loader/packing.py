@@ -204,18 +204,23 @@ class BlockPool:
     """Output blocks of `pack_batch`, reused once nothing outside the pool references them any more (every batch
     tensor made by torch.from_numpy holds its block): a consumed batch's memory is written again, already
     faulted in and warm in cache, instead of the kernel zeroing fresh pages for every batch (measured: 2x the
-    packing cost at 5 MB blocks). At most `max_blocks` are kept; beyond that a block is simply allocated."""
+    packing cost at 5 MB blocks). At most `max_blocks` blocks and `max_bytes` are kept; beyond that a block is
+    simply allocated (and freed with its batches)."""
 
-    def __init__(self, max_blocks: int = 24) -> None:
-        self.max_blocks = max_blocks
+    def __init__(self, max_blocks: int = 24, max_bytes: int = 128 << 20) -> None:
+        self.max_blocks, self.max_bytes = max_blocks, max_bytes
         self._blocks: list[np.ndarray] = []
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"max_blocks": self.max_blocks}  # blocks stay in the process that made them
+        return {"max_blocks": self.max_blocks, "max_bytes": self.max_bytes}  # blocks stay in their process
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["max_blocks"])
+        self.__init__(state["max_blocks"], state["max_bytes"])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._blocks)
 
     def take(self, shape: tuple[int, int]) -> np.ndarray:
         """A free block of `shape` (int64), from the pool when one is unreferenced, else a new one."""
@@ -226,7 +231,7 @@ class BlockPool:
                 if blocks[i].shape == shape and sys.getrefcount(blocks[i]) == 2:
                     return blocks[i]
             block = np.empty(shape, dtype=np.int64)
-            if len(blocks) < self.max_blocks:
+            if len(blocks) < self.max_blocks and self.nbytes + block.nbytes <= self.max_bytes:
                 blocks.append(block)
             else:  # the oldest-made block of another shape (a changed batch size) makes room
                 stale = [i for i in range(len(blocks)) if blocks[i].shape != shape]

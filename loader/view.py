@@ -75,7 +75,8 @@ SAMPLE_COLUMNS = (
     "n_tokens",
     "tokens_sha256",
 )
-DEFAULT_CACHED_ROW_GROUPS = 16
+# decoded row groups kept per process: three block windows (two when a batch straddles windows re-read some)
+DEFAULT_CACHED_ROW_GROUPS = 24
 
 
 class TokenSource(Protocol):

@@ -116,10 +116,12 @@ def test_pooled_blocks_are_reused_only_after_every_batch_of_them_is_dropped():
     values while later ones are made, and a dropped batch's block is written again (no fresh pages)."""
     from loader import RunViewLoader, in_memory_view
     from loader.dataset import BatchPlan
+    from loader.packing import BlockPool
     from tests.loader.views import gpt2_docs
 
     view = in_memory_view(list(gpt2_docs(40)), seq_len=64, eos_id=EOS, epochs=3, block_size=4)
     data = RunViewLoader(view, 4, prefetch=0)
+    data.plan._pool = BlockPool()  # its own, not the process's (other tests' blocks)
     held = list(data)  # every batch of 3 epochs kept alive
     reference = BatchPlan(view, 4)
     assert len(held) == reference.schedule.total_steps > 24  # more batches than the pool keeps
