@@ -225,6 +225,19 @@ def _s3_filesystem(props: Mapping[str, str], config: StorageConfig):
     )
 
 
+# footers this process already parsed elsewhere (the loader's layout pass reads every token file's footer):
+# path -> (FileMetaData, object size); used for objects that do not go through the node cache
+_KNOWN_FOOTERS: dict[str, tuple[pq.FileMetaData, int]] = {}
+_KNOWN_FOOTERS_MAX = 4096
+
+
+def remember_footer(path: str, metadata: pq.FileMetaData, size: int) -> None:
+    """Record an immutable object's parsed footer, so this process's row-group reads do not parse it again."""
+    if len(_KNOWN_FOOTERS) >= _KNOWN_FOOTERS_MAX:
+        _KNOWN_FOOTERS.clear()
+    _KNOWN_FOOTERS[path] = (metadata, int(size))
+
+
 class RowGroupReader:
     """Fetches, caches and verifies row groups for one process; thread-safe (prefetch threads share it)."""
 
@@ -318,6 +331,11 @@ class RowGroupReader:
             return got if got is not None else self._read_footer(path)
 
     def _read_footer(self, path: str) -> tuple[pq.FileMetaData, int]:
+        known = None if self._caches(path) else _KNOWN_FOOTERS.get(path)
+        if known is not None:
+            with self._lock:
+                self._footers[path] = known
+            return known
         md = size = None
         cached = self.cache.get(path, FOOTER_ENTRY) if self._caches(path) else None
         if cached is not None:

@@ -62,6 +62,7 @@ from loader.errors import (
     UnsupportedLayout,
 )
 from loader.order import chunk_blocks
+from loader.storage import remember_footer
 
 BUNDLE_FORMAT = "tokenlake.run_view_bundle/1"
 SAMPLE_COLUMNS = (
@@ -632,6 +633,8 @@ def _locate_documents(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table
         with table.io.new_input(path).open() as f:
             pf = pq.ParquetFile(f, pre_buffer=False)
             col = pf.read(columns=["doc_id"], use_threads=False).column(0)
+            if callable(getattr(f, "size", None)):  # the first batch's reads then parse no footer again
+                remember_footer(path, pf.metadata, f.size())
             return col, np.array([pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)], np.int64)
 
     from concurrent.futures import ThreadPoolExecutor
