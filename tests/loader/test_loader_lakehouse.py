@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from iceberg_catalog.run_view_contract import manifest_sha256, run_view_id, samples_digest
 from loader import in_memory_view, open_run_view
@@ -56,3 +57,16 @@ def test_a_node_local_layout_cache_gives_the_same_view_and_survives_corruption(t
     entry.write_bytes(entry.read_bytes()[:-4] + b"\x00\x00\x00\x07")  # altered: ignored, located again
     third = open_run_view(views.lakehouse()["a"], catalog=views.handle())
     assert third.source.row.tolist() == first.source.row.tolist() and entry.is_file()
+
+
+def test_the_arrow_samples_digest_equals_the_per_row_one():
+    """The loader checks the samples digest of a view with Arrow (one hash over all lines): the same digest as
+    the per-row definition, for a whole table, a slice, and (per-row fallback) a table with a null."""
+    view = open_run_view(views.lakehouse()["a"], catalog=views.catalog())
+    for table in (view.samples, view.samples.slice(3, 7)):
+        assert samples_digest(table) == samples_digest(table.to_pylist())
+    with_null = view.samples.set_column(
+        1, "doc_id", pa.array([None, *view.samples.column("doc_id").to_pylist()[1:]], pa.large_string())
+    )
+    assert samples_digest(with_null) == samples_digest(with_null.to_pylist())
+    assert samples_digest(with_null) != samples_digest(view.samples)
