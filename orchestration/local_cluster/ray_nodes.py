@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,29 +22,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestration.local_cluster.servers import free_port, free_port_window, free_ports
+
 HEAD_IP = "127.0.0.2"
 WORKER_IPS = ("127.0.0.3", "127.0.0.4", "127.0.0.5")
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def free_port(ip: str = "127.0.0.1") -> int:
-    """A TCP port free on `ip` right now (bound then released)."""
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
-
-
-def _node_ports(ip: str) -> list[str]:
-    """Every port a node listens on, drawn free, so two clusters (or another test's servers) never collide."""
-    lo = free_port(ip)
-    worker_lo = 20000 + (lo % 20000)  # a 100-port window for worker processes, away from the ephemeral range
+def _node_ports() -> list[str]:
+    """Every port a node listens on, drawn free on every address (`free_ports`), so two nodes, two clusters or
+    another test's servers never collide."""
+    names = (
+        "node-manager",
+        "object-manager",
+        "dashboard-agent-listen",
+        "dashboard-agent-grpc",
+        "runtime-env-agent",
+        "metrics-export",  # Ray's Prometheus exporter: it listens on every address, not just the node's
+    )
+    worker_lo = free_port_window(100)
     return [
-        f"--node-manager-port={free_port(ip)}",
-        f"--object-manager-port={free_port(ip)}",
-        f"--dashboard-agent-listen-port={free_port(ip)}",
-        f"--dashboard-agent-grpc-port={free_port(ip)}",
-        f"--runtime-env-agent-port={free_port(ip)}",
-        f"--metrics-export-port={free_port(ip)}",
+        *(f"--{name}-port={port}" for name, port in zip(names, free_ports(len(names)), strict=True)),
         f"--min-worker-port={worker_lo}",
         f"--max-worker-port={worker_lo + 99}",
     ]
@@ -72,21 +69,33 @@ class RayCluster:
         return [pid for pid in _descendants(self.procs[node_ip].pid) if cmdline(pid).startswith("ray::")]
 
     def add_worker(self, node_ip: str, num_cpus: int = 1) -> None:
-        """Start one more worker node on `node_ip` and wait until the cluster sees it."""
-        self.procs[node_ip] = _start(
-            [
-                RAY,
-                "start",
-                "--block",
-                f"--address={self.address}",
-                f"--node-ip-address={node_ip}",
-                f"--num-cpus={num_cpus}",
-                *_node_ports(node_ip),
-            ],
-            self.proc_env,
-            Path(self.temp_dir) / f"node-{node_ip}.log",
-        )
-        wait_for_nodes(self, len(self.procs))
+        """Start one more worker node on `node_ip` and wait until the cluster sees it. A node that exits while
+        starting is started once more on fresh ports (its log tail is printed to stderr); a second exit fails."""
+        for attempt in (1, 2):
+            self.procs[node_ip] = _start(
+                [
+                    RAY,
+                    "start",
+                    "--block",
+                    f"--address={self.address}",
+                    f"--node-ip-address={node_ip}",
+                    f"--num-cpus={num_cpus}",
+                    *_node_ports(),
+                ],
+                self.proc_env,
+                self.log_path(node_ip),
+            )
+            try:
+                return wait_for_nodes(self, len(self.procs))
+            except NodeExited as exc:
+                if attempt == 2 or exc.ip != node_ip:
+                    raise
+                print(f"{exc}; starting it once more on fresh ports", file=sys.stderr)
+                self.stop_node(node_ip)
+
+    def log_path(self, node_ip: str) -> Path:
+        """The `ray start` output of the node on `node_ip`."""
+        return Path(self.temp_dir) / ("head.log" if node_ip == HEAD_IP else f"node-{node_ip}.log")
 
     def stop_node(self, node_ip: str, timeout: float = 5.0) -> None:
         _stop(self.procs.pop(node_ip), timeout)
@@ -153,6 +162,18 @@ def _alive(pid: int) -> bool:
     return st is not None and st[0] not in ("Z", "X")
 
 
+class NodeExited(RuntimeError):
+    """A node's `ray start` exited while the cluster waited for it; the message ends with its log's tail."""
+
+    def __init__(self, ip: str, returncode: int, log: Path):
+        try:
+            tail = log.read_text(errors="replace")[-2000:]
+        except OSError as exc:
+            tail = f"(no log: {exc})"
+        super().__init__(f"ray node {ip} exited with {returncode}; {log} ends:\n{tail}")
+        self.ip = ip
+
+
 def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 90.0) -> None:
     """Until `n` nodes are alive (asked from a short-lived driver process, so this process stays unconnected)."""
     probe = (
@@ -164,7 +185,7 @@ def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 90.0) -> None:
     while time.monotonic() < deadline:
         for ip, proc in cluster.procs.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"ray node {ip} exited with {proc.returncode}; see {cluster.temp_dir}")
+                raise NodeExited(ip, proc.returncode, cluster.log_path(ip))
         r = subprocess.run(
             [sys.executable, "-c", probe, cluster.address],
             env=cluster.proc_env,
@@ -201,9 +222,9 @@ def ray_cluster(
     temp_dir = tempfile.mkdtemp(prefix="tlray", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
     env = {**os.environ, **(node_env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": process_token()}
     env.pop("RAY_ADDRESS", None)
-    port = free_port(HEAD_IP)
+    port = free_port()
     auth = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-    client_port = free_port(HEAD_IP)
+    client_port = free_port()
     cluster = RayCluster(f"{HEAD_IP}:{port}", auth, temp_dir, f"ray://{HEAD_IP}:{client_port}", env)
     try:
         cluster.procs[HEAD_IP] = _start(
@@ -219,10 +240,10 @@ def ray_cluster(
                 "--include-dashboard=false",
                 "--disable-usage-stats",
                 f"--ray-client-server-port={client_port}",
-                *_node_ports(HEAD_IP),
+                *_node_ports(),
             ],
             env,
-            Path(temp_dir) / "head.log",
+            cluster.log_path(HEAD_IP),
         )
         wait_for_nodes(cluster, 1)
         for ip in WORKER_IPS[:workers]:

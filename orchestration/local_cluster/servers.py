@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -33,23 +34,58 @@ WEED = Path(os.environ.get("TOKENLAKE_WEED", Path(sys.executable).with_name("wee
 HOST = "127.0.0.1"
 
 
-def free_port(host: str = HOST) -> int:
-    """A TCP port nobody listens on now (bound then released)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+_HANDED_OUT: set[int] = set()
 
 
-def free_ports(n: int, host: str = HOST) -> list[int]:
-    """`n` distinct free ports (held open together so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports free on every address now and never handed out before by this process.
+
+    Drawn on the wildcard address (bound, never listened on, then released) because some servers bind more than
+    the address they are given: Ray's client server also binds 127.0.0.1 and its metrics exporter every address,
+    so a port free on 127.0.0.3 alone can still collide with another node's or server's (a Ray worker node then
+    exits with 1 at start). Remembered, so that two draws of one process never return the same port."""
+    socks: list[socket.socket] = []
+    out: list[int] = []
     try:
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
+        while len(out) < n:
+            socks.append(s := socket.socket())
+            s.bind(("", 0))
+            if (port := s.getsockname()[1]) not in _HANDED_OUT:
+                out.append(port)
+        _HANDED_OUT.update(out)
+        return out
     finally:
         for s in socks:
             s.close()
+
+
+def free_port() -> int:
+    """One port as `free_ports` draws them."""
+    return free_ports(1)[0]
+
+
+def free_port_window(size: int) -> int:
+    """The first of `size` consecutive ports (a Ray node's worker processes) between Ray's own ranges (workers
+    10002-19999 by default, Ray Client's per-driver servers 23000-23999) and the kernel's ephemeral range (from
+    32768, so that no outgoing connection takes one meanwhile), each free on every address, none handed out before."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        lo = rng.randrange(24000, 32768 - size, size)
+        window = set(range(lo, lo + size))
+        if window & _HANDED_OUT or not all(_bindable(p) for p in window):
+            continue
+        _HANDED_OUT.update(window)
+        return lo
+    raise RuntimeError(f"no {size} consecutive free ports between 24000 and 32767 for Ray worker processes")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_for(check, what: str, timeout: float = 60.0, proc: subprocess.Popen | None = None, log: Path | None = None):

@@ -123,7 +123,7 @@ def test_a_task_failing_every_attempt_fails_the_step_naming_its_input_and_commit
 
 
 def test_an_unreachable_address_is_named_before_any_task_runs(tokenlake_home, instance):
-    address = f"{HEAD_IP}:{free_port(HEAD_IP)}"  # nothing listens there
+    address = f"{HEAD_IP}:{free_port()}"  # nothing listens there
     instance.add_dynamic_partitions("crawl_segments", [WGET])
     with pytest.raises(Exception) as failed:
         ray_executor = TaskExecutorResource(kind="ray", address=address)
