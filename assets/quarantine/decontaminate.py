@@ -23,8 +23,8 @@ from assets.knobs import knob
 from assets.quarantine.benchmarks import EvalItem
 from assets.quarantine.near_match import DEFAULT_THRESHOLD, NearMatchIndex, find_matches
 from assets.quarantine.ngrams import DEFAULT_N, NgramIndex, normalise_words
+from assets.quarantine.semantic import DEFAULT_LEXICAL, SemanticIndex, lexical_for, threshold_for
 from assets.quarantine.semantic import DEFAULT_THRESHOLD as SEMANTIC_THRESHOLD
-from assets.quarantine.semantic import SemanticIndex, threshold_for
 from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskOutput, TaskResult
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS
 
@@ -70,14 +70,15 @@ class MatchParams:
     )
     semantic_threshold: float = knob(
         SEMANTIC_THRESHOLD,
-        "a semantic match needs a window whose cosine similarity to the item exceeds the item's level on clean "
-        "reference text by at least this much (measured by bench/semantic_quarantine.py); for a benchmark "
-        "without a measured margin of its own, or every benchmark when semantic_per_benchmark is off",
+        "a semantic candidate needs a window whose cosine similarity to the item exceeds the item's level on clean "
+        "reference text by at least this much, and is confirmed when the window and its neighbourhood hold enough "
+        "of the item's rare words (semantic.DEFAULT_LEXICAL; both measured by bench/semantic_quarantine.py); for a "
+        "benchmark without a measured margin of its own, or every benchmark when semantic_per_benchmark is off",
     )
     semantic_per_benchmark: bool = knob(
         True,
-        "use the margin measured for each shipped benchmark (semantic.BENCHMARK_THRESHOLDS: GSM8K, MMLU-Redux, "
-        "HumanEval) instead of semantic_threshold",
+        "use the margin and lexical share measured for each shipped benchmark (semantic.BENCHMARK_THRESHOLDS and "
+        "BENCHMARK_LEXICAL: GSM8K, MMLU-Redux, HumanEval) instead of semantic_threshold",
     )
     files_per_slice: int = knob(
         1, "curated data files per task: the unit an executor runs (results do not depend on it)"
@@ -182,6 +183,11 @@ def semantic_threshold(benchmark: str, params: MatchParams) -> float:
     )
 
 
+def semantic_lexical(benchmark: str, params: MatchParams) -> float:
+    """The lexical share that confirms a semantic candidate in a screening against `benchmark`."""
+    return lexical_for(benchmark) if params.semantic_per_benchmark else DEFAULT_LEXICAL
+
+
 def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[Indexes, bool, float]:
     """The n-gram (and near-match) indexes of the pinned items, built once per process and parameters;
     (indexes, whether this call built them, seconds spent building them here: 0.0 when reused)."""
@@ -194,7 +200,11 @@ def indexes(lakehouse: Lakehouse, ref: ItemsRef, params: MatchParams) -> tuple[I
         items.item_ids,
         NgramIndex.build(items.texts, n=params.n),
         NearMatchIndex.build(items.texts, threshold=params.near_threshold) if params.near else None,
-        SemanticIndex.build(items.texts, threshold=semantic_threshold(ref.benchmark, params))
+        SemanticIndex.build(
+            items.texts,
+            threshold=semantic_threshold(ref.benchmark, params),
+            lexical=semantic_lexical(ref.benchmark, params),
+        )
         if params.semantic
         else None,
         items.texts,

@@ -39,10 +39,10 @@ from assets.quarantine.ngrams import Match, NormalisedText, normalise_words
 # DEFAULT_LEXICAL, chosen over all three, for benchmarks registered later. The margin (candidate stage) lets
 # through at most CANDIDATE_FP of the calibration clean documents; the lexical share (confirmation stage) is
 # the lowest at which the candidates then flag at most the false-positive budget.
-DEFAULT_THRESHOLD = 0.29
-BENCHMARK_THRESHOLDS = {"gsm8k": 0.27, "mmlu_redux": 0.3, "humaneval": 0.09}
-DEFAULT_LEXICAL = 0.0
-BENCHMARK_LEXICAL = {"gsm8k": 0.0, "mmlu_redux": 0.0, "humaneval": 0.0}
+DEFAULT_THRESHOLD = 0.23
+BENCHMARK_THRESHOLDS = {"gsm8k": 0.17, "mmlu_redux": 0.22, "humaneval": -0.01}
+DEFAULT_LEXICAL = 0.25
+BENCHMARK_LEXICAL = {"gsm8k": 0.32, "mmlu_redux": 0.51, "humaneval": 0.22}
 CANDIDATE_FP = 0.05
 DEFAULT_CONTEXT_WORDS = 32  # words either side of a candidate window that its lexical share also counts
 DEFAULT_WINDOW_WORDS = 32
@@ -188,10 +188,10 @@ def web_texts(path: Path = WEB_TEXT) -> list[str]:
 
 
 def background_texts() -> list[str]:
-    """Clean text the items' background levels are measured on: the even reference runs (the odd ones are kept
-    apart for measuring false positives) and the web pages (news with quantities, navigation, shops: genres
-    Wikipedia alone does not cover)."""
-    return reference_runs()[0::2] + web_texts()
+    """Clean text the items' background levels and word weights are measured on: the even reference runs and
+    the even web pages (news with quantities, navigation, shops, programming: genres Wikipedia alone does not
+    cover); the odd ones are kept apart for choosing thresholds and measuring false positives."""
+    return reference_runs()[0::2] + web_texts()[0::2]
 
 
 def window_texts(texts: Sequence[str], size: int, stride: int, min_words: int) -> list[str]:

@@ -5,6 +5,7 @@ matches of a screening are the same with semantic matching on or off."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import uuid
 from pathlib import Path
@@ -20,9 +21,10 @@ from tests.tokenized.partitions import PROVENANCE, curated_rows, write_curated
 
 REPO = Path(__file__).resolve().parents[2]
 PARAPHRASES = REPO / "data" / "benchmarks" / "paraphrases" / "paraphrases.jsonl"
-# The issue's target: recall >= 0.8 at <= 1% false positives. At the committed per-benchmark thresholds (chosen
-# on the calibration half, which includes web text) held-out recall is 22 of 25 here (0.88; bench: 0.80) and
-# 1 of 338 held-out Wikipedia runs is flagged (README.md, "Semantic matches").
+# The issue's target: recall >= 0.8 at <= 1% false positives. At the committed per-benchmark candidate margins
+# and lexical shares (chosen on the calibration half's clean documents, which include web text) held-out recall
+# is 0.92 in the bench (23 of 25); 1 of 338 held-out Wikipedia runs, 0 of 61 news texts and 0 of 39 sample-crawl
+# documents are flagged (README.md, "Semantic matches").
 RECALL, FP_RATE = 0.8, 0.01
 
 
@@ -76,11 +78,42 @@ def test_windows_cover_the_text_with_full_windows():
 def test_thresholds_are_per_item_and_checked():
     assert semantic.threshold_for("humaneval") == semantic.BENCHMARK_THRESHOLDS["humaneval"]
     assert semantic.threshold_for("registered_later", 0.4) == 0.4
+    assert semantic.lexical_for("gsm8k") == semantic.BENCHMARK_LEXICAL["gsm8k"]
+    assert semantic.lexical_for("registered_later") == semantic.DEFAULT_LEXICAL
     texts = ["one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"] * 2
-    index = semantic.SemanticIndex.build(texts, threshold=[0.2, 0.5], background=texts)
-    assert index.threshold.tolist() == [0.2, 0.5]
+    index = semantic.SemanticIndex.build(texts, threshold=[0.2, 0.5], lexical=[0.3, 0.6], background=texts)
+    assert index.threshold.tolist() == [0.2, 0.5] and index.lexical.tolist() == [0.3, 0.6]
     with pytest.raises(ValueError, match="cosine margin"):
         semantic.SemanticIndex.build(texts, threshold=[0.2, 2.5], background=texts)
+    with pytest.raises(ValueError, match="share of the item's word weight"):
+        semantic.SemanticIndex.build(texts, lexical=1.5, background=texts)
+
+
+def test_lexical_share_weighs_an_items_words_by_their_rarity():
+    background = ["the cat sat", "the dog sat", "the bird flew"]
+    idf = semantic.inverse_document_frequency(background)
+    assert idf["the"] == pytest.approx(math.log(4 / 4)) and idf["cat"] == pytest.approx(math.log(4 / 2))
+    assert semantic.word_weight(idf, 3, "zebra") == pytest.approx(math.log(4))  # unseen: rarest
+    weights = {w: semantic.word_weight(idf, 3, w) for w in ("the", "cat", "zebra")}
+    assert semantic.lexical_share(weights, {"the"}) == 0.0  # a word in every text carries nothing
+    share = semantic.lexical_share(weights, {"the", "zebra"})
+    assert share == pytest.approx(math.log(4) / (math.log(2) + math.log(4)))
+    assert semantic.lexical_share({}, {"the"}) == 0.0
+
+
+def test_a_candidate_without_the_items_rare_words_is_not_a_match(clean_heldout):
+    rows = paraphrases("heldout")
+    thresholds = [semantic.threshold_for(r["benchmark"]) for r in rows]
+    docs = inject(rows, clean_heldout)
+    index = semantic.SemanticIndex.build([r["original"] for r in rows], threshold=thresholds, lexical=0.0)
+    candidates = index.candidates(docs)
+    assert candidates and all(0.0 <= c.lexical <= 1.0 and c.score >= index.threshold[c.item] for c in candidates)
+    # every candidate confirmed at lexical share 0; none of these reworded items keeps every rare word
+    assert {(d, m.item_index) for d, ms in enumerate(index.find_batch(docs)) for m in ms} == {
+        (c.doc, c.item) for c in candidates
+    }
+    index.lexical[:] = 1.0
+    assert not any(index.find_batch(docs))
 
 
 def test_top_k_mean_is_the_mean_of_the_k_best():
@@ -95,7 +128,8 @@ def test_heldout_paraphrases_are_found(clean_heldout):
     # gives the same per-item decisions as indexing the whole benchmark
     rows = paraphrases("heldout")
     thresholds = [semantic.threshold_for(r["benchmark"]) for r in rows]
-    index = semantic.SemanticIndex.build([r["original"] for r in rows], threshold=thresholds)
+    lexical = [semantic.lexical_for(r["benchmark"]) for r in rows]
+    index = semantic.SemanticIndex.build([r["original"] for r in rows], threshold=thresholds, lexical=lexical)
     docs = inject(rows, clean_heldout)
     found = index.find_batch(docs)
     # the same matches, scores and spans whatever the batching (a task's slice decides which documents share one)
@@ -106,6 +140,8 @@ def test_heldout_paraphrases_are_found(clean_heldout):
     for matches in found:
         for m in matches:
             assert m.kind == "semantic" and m.score >= index.threshold[m.item_index] and m.char_end > m.char_start
+    confirmed = {(c.doc, c.item) for c in index.candidates(docs) if c.lexical >= index.lexical[c.item]}
+    assert {(d, m.item_index) for d, ms in enumerate(found) for m in ms} == confirmed
 
 
 def test_window_cache_is_bounded_and_keeps_embeddings_exact():
@@ -131,7 +167,9 @@ def test_a_second_benchmark_reuses_window_embeddings_with_the_same_matches(clean
     docs = inject(rows, clean_heldout)
     by_benchmark = {b: [r for r in rows if r["benchmark"] == b] for b in ("gsm8k", "mmlu_redux")}
     idx = {
-        b: semantic.SemanticIndex.build([r["original"] for r in rs], threshold=semantic.threshold_for(b))
+        b: semantic.SemanticIndex.build(
+            [r["original"] for r in rs], threshold=semantic.threshold_for(b), lexical=semantic.lexical_for(b)
+        )
         for b, rs in by_benchmark.items()
     }
     uncached = {}
@@ -150,8 +188,11 @@ def test_a_second_benchmark_reuses_window_embeddings_with_the_same_matches(clean
 def test_clean_reference_text_is_rarely_flagged_by_any_item(clean_heldout):
     # held-out Wikipedia only: on web text (news, navigation) the rate is higher, see bench/semantic_quarantine.py
     items = load_items()
+    benchmarks = [i.item_id.split("/")[0] for i in items]
     index = semantic.SemanticIndex.build(
-        items, threshold=[semantic.threshold_for(i.item_id.split("/")[0]) for i in items]
+        items,
+        threshold=[semantic.threshold_for(b) for b in benchmarks],
+        lexical=[semantic.lexical_for(b) for b in benchmarks],
     )
     flagged = [d for d, m in enumerate(index.find_batch(clean_heldout)) if m]
     assert len(flagged) / len(clean_heldout) <= FP_RATE, len(flagged)
