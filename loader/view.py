@@ -328,7 +328,9 @@ class RowGroupSource:
         first time a batch reads it from this copy (one sha256 per document, in one pass per batch)."""
         samples = np.asarray(samples, np.int64)
         need = self.key[samples]
-        for _ in range(2):  # again after a corrupt node-cache copy was fetched anew
+        # again after each corrupt node-cache copy was fetched anew (a fetched copy verifies or raises, so at most
+        # once per row group the read needs)
+        for _ in range(len(np.unique(need)) + 1):
             arena, pos = self._arena_for(samples, need)
             keys, tokens, starts, ends, row_base, verified, _ = arena
             at = row_base[pos] + self.row[samples]
