@@ -36,12 +36,12 @@ from assets.quarantine.ngrams import Match, NormalisedText, normalise_words
 
 # chosen on the calibration half by bench/semantic_quarantine.py (README.md): one per shipped benchmark (their
 # items score differently against clean text: code never looks like prose), and DEFAULT_THRESHOLD /
-# DEFAULT_LEXICAL, chosen over all three, for benchmarks registered later. The margin (candidate stage) lets
-# through at most CANDIDATE_FP of the calibration clean documents; the lexical share (confirmation stage) is
-# the lowest at which the candidates then flag at most the false-positive budget.
-DEFAULT_THRESHOLD = 0.23
+# DEFAULT_LEXICAL, the strictest margin and share of the three, for benchmarks registered later (kind
+# unknown). The margin (candidate stage) lets through at most CANDIDATE_FP of the calibration clean documents;
+# the lexical share (confirmation stage) is the lowest at which the candidates then flag at most the budget.
+DEFAULT_THRESHOLD = 0.22
 BENCHMARK_THRESHOLDS = {"gsm8k": 0.17, "mmlu_redux": 0.22, "humaneval": -0.01}
-DEFAULT_LEXICAL = 0.25
+DEFAULT_LEXICAL = 0.51
 BENCHMARK_LEXICAL = {"gsm8k": 0.32, "mmlu_redux": 0.51, "humaneval": 0.22}
 CANDIDATE_FP = 0.05
 DEFAULT_CONTEXT_WORDS = 32  # words either side of a candidate window that its lexical share also counts
