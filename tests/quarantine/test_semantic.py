@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from assets.quarantine import decontaminate, semantic
-from assets.quarantine.benchmarks import GSM8K, load_items, read_benchmark
+from assets.quarantine.benchmarks import GSM8K, HUMANEVAL, load_items, read_benchmark
 from assets.quarantine.decontaminate import MatchParams
 from iceberg_catalog.schemas import QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES
+from tests.quarantine.injection import JSONL_DOCS
 from tests.tokenized.partitions import PROVENANCE, curated_rows, write_curated
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,6 +183,24 @@ def test_a_second_benchmark_reuses_window_embeddings_with_the_same_matches(clean
         assert index.find_batch(docs) == uncached[b]
     assert cache.misses > 0 and cache.hits >= cache.misses  # the second benchmark embedded nothing again
     assert any(uncached["gsm8k"]) and any(uncached["mmlu_redux"])
+
+
+def test_a_news_story_on_an_items_topic_is_a_candidate_but_not_a_match():
+    # a real news text (held out in the bench) on two-stroke car engines: its window is a semantic neighbour of
+    # HumanEval's car race (the margin-only stage flagged it) but shares almost none of the item's rare words
+    docs = []
+    for path in JSONL_DOCS:
+        with open(path, encoding="utf-8") as f:
+            docs += [json.loads(line)["text"] for line in f if line.strip()]
+    story = docs[1::2][3]
+    items = read_benchmark(HUMANEVAL)
+    index = semantic.SemanticIndex.build(
+        items, threshold=semantic.threshold_for("humaneval"), lexical=semantic.lexical_for("humaneval")
+    )
+    candidates = index.candidates([story])
+    assert "HumanEval/41" in {items[c.item].item_id.split("/", 2)[2] for c in candidates}  # car_race_collision
+    assert all(c.lexical < index.lexical[c.item] for c in candidates)
+    assert index.find_batch([story]) == [[]]
 
 
 @pytest.mark.slow
