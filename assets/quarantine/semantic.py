@@ -341,7 +341,9 @@ class SemanticIndex:
             idf, n_texts = default_idf()
         else:
             idf, n_texts = inverse_document_frequency(background), len(background)
-        item_weights = [{w: word_weight(idf, n_texts, w) for w in set(normalise_words(t).words)} for t in texts]
+        # words in sorted order: a share's float sum then adds in the same order in every process (a set's order
+        # depends on the process's string hash seed)
+        item_weights = [{w: word_weight(idf, n_texts, w) for w in sorted(set(normalise_words(t).words))} for t in texts]
         emb = embed_batched(texts, embed, batch_windows)
         if background is None and embed is _default_embed:
             bg = default_background(window_words, background_stride, min_words)
