@@ -50,7 +50,7 @@ def verify_edges(edges: np.ndarray, similarity: Callable[[int, int], float], thr
     return edges[keep] if len(keep) != len(edges) else edges
 
 
-class _UnionFind:
+class UnionFind:
     def __init__(self, n: int) -> None:
         self.parent = np.arange(n, dtype=np.int64)
 
@@ -89,7 +89,7 @@ def cluster_crawl_ordered(crawl_starts: Sequence[int], n_docs: int, edges: np.nd
     bounds = list(crawl_starts) + [n_docs]
     edges = edges[np.lexsort((edges[:, 0], edges[:, 1]))] if len(edges) else edges  # by the later endpoint
     cluster_of = np.arange(n_docs, dtype=np.int64)
-    uf = _UnionFind(n_docs)
+    uf = UnionFind(n_docs)
     later = edges[:, 1] if len(edges) else np.empty(0, np.int64)
     for k in range(len(crawl_starts)):
         start, end = bounds[k], bounds[k + 1]

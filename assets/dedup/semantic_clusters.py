@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.expressions import EqualTo
 
-from assets.dedup.clustering import Clusters, _UnionFind
+from assets.dedup.clustering import Clusters, UnionFind
 from assets.dedup.splits import SEMANTIC_THRESHOLD, cluster_ids
 from assets.embeddings import embed
 from iceberg_catalog import Lakehouse
@@ -87,7 +87,7 @@ def split_clusters(crawl_starts: Sequence[int], n_docs: int, unit_of: np.ndarray
     links = links[np.lexsort((links[:, 0], links[:, 1]))] if len(links) else np.empty((0, 2), np.int64)
     later_end = links[:, 1]
     final = np.arange(n_docs, dtype=np.int64)
-    uf = _UnionFind(n_docs)
+    uf = UnionFind(n_docs)
     for k in range(len(crawl_starts)):
         start, end = bounds[k], bounds[k + 1]
         fixed = np.zeros(end - start, dtype=bool)

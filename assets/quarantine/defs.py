@@ -71,7 +71,7 @@ def eval_items(
     partitions_def=quarantine_partitions,
     deps=[dimension_dep(EVAL_ITEMS, "benchmark"), dimension_dep(table_key(CURATED_DOCUMENTS), "segment")],
     group_name="quarantine",
-    code_version="matches-2",
+    code_version="matches-3",
     kinds={"iceberg"},
     pool="iceberg_quarantine",
 )

@@ -27,7 +27,7 @@ from tests.cluster.servers import postgres, seaweedfs  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
-SAMPLES_DIGEST_PREFIX = "0ef40919786f"
+SAMPLES_DIGEST_PREFIX = "18626a03aa4d"
 DIGESTS: dict[str, dict] = {}  # setup -> lakehouse digest, filled by the pipeline tests in file order
 
 
