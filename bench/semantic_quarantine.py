@@ -131,15 +131,20 @@ def choose_pair(
     return margin, choose_threshold(lexical_max(sem, docs, floor, items), fp, lowest=0.0)
 
 
+def texts_by_benchmark(items: list) -> dict[str, list[str]]:
+    """The items' texts per benchmark (each benchmark partition of the pipeline has its own indexes)."""
+    out: dict[str, list[str]] = {}
+    for it in items:
+        out.setdefault(it.benchmark, []).append(it.text)
+    return out
+
+
 def window_cache_cost(items: list, docs: list[str]) -> dict:
     """CPU seconds to screen `docs` against each shipped benchmark's own index in turn (as the pipeline's
     benchmark partitions do), embedding every window per benchmark and with the shared window cache."""
-    by_benchmark: dict[str, list[str]] = {}
-    for it in items:
-        by_benchmark.setdefault(it.item_id.split("/")[0], []).append(it.text)
     indexes = [
         semantic.SemanticIndex.build(ts, threshold=semantic.threshold_for(b), lexical=semantic.lexical_for(b))
-        for b, ts in sorted(by_benchmark.items())
+        for b, ts in sorted(texts_by_benchmark(items).items())
     ]
     out = {}
     for name, cache in (("uncached", None), ("cached", semantic.WindowCache())):
@@ -162,7 +167,7 @@ def measure(curated_home: str | None, target_fp: float, candidate_fp: float) -> 
         if items[index_of[p["item_id"]]].text != p["original"]:
             raise SystemExit(f"{PARAPHRASES}: the original of {p['item_id']} differs from the shipped benchmark")
     texts = [it.text for it in items]
-    benchmark_of = [it.item_id.split("/")[0] for it in items]
+    benchmark_of = [it.benchmark for it in items]
     sem = semantic.SemanticIndex.build(
         texts,
         threshold=[semantic.threshold_for(b) for b in benchmark_of],
@@ -279,9 +284,7 @@ def exact_near_check() -> dict:
     items = load_items()
     real = real_documents()
     docs = real + [inj.text for inj in build_injections(items, real)]
-    by_benchmark: dict[str, list[str]] = {}
-    for it in items:
-        by_benchmark.setdefault(it.benchmark, []).append(it.text)
+    by_benchmark = texts_by_benchmark(items)
     out: dict = {"documents": len(docs), "real_documents": len(real), "benchmarks": sorted(by_benchmark)}
     rows: dict[str, list] = {}
     cache = semantic.WindowCache()

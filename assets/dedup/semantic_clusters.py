@@ -128,12 +128,12 @@ def split_clusters(crawl_starts: Sequence[int], n_docs: int, unit_of: np.ndarray
 def split_cluster_ids(
     lakehouse: Lakehouse,
     pinned: Mapping[str, int | None],
-    threshold: float | None,
+    threshold: float,
     embedder: Callable[[list[str]], np.ndarray] = embed,
 ) -> dict[str, str]:
     """Each kept document's split cluster id (its cluster's first document's duplicate cluster id) at the pinned
-    snapshots of curated.documents, curated.exact_duplicates and dedup.near_duplicates; `threshold` None:
-    near/exact-duplicate clusters only (no embeddings)."""
+    snapshots of curated.documents, curated.exact_duplicates and dedup.near_duplicates (a view without semantic
+    links reads near-duplicate clusters alone: `assets/run_view/store.py`)."""
     docs = lakehouse.scan_at(
         CURATED_DOCUMENTS,
         pinned[CURATED_DOCUMENTS.identifier],
@@ -150,8 +150,6 @@ def split_cluster_ids(
     units = cluster_ids(
         doc_ids, {r["doc_id"]: r["cluster_id"] for r in near}, {r["doc_id"]: r["duplicate_of"] for r in exact}
     )
-    if threshold is None:
-        return units
     first: dict[str, int] = {}  # each duplicate cluster's first kept member (its canonical unless that was deleted)
     unit_of = np.array([first.setdefault(units[d], i) for i, d in enumerate(doc_ids)], dtype=np.int64)
     linkable = np.array([lang in SEMANTIC_LANGUAGES for lang in docs.column("language").to_pylist()], dtype=bool)

@@ -172,9 +172,10 @@ def word_weight(idf: dict[str, float], n_texts: int, word: str) -> float:
     return idf.get(word, math.log(n_texts + 1))
 
 
-def lexical_share(item_weights: dict[str, float], words: set[str]) -> float:
-    """Share of the item's distinct words, by weight, that occur in `words` (0.0 for an item without words)."""
-    total = sum(item_weights.values())
+def lexical_share(item_weights: dict[str, float], words: set[str], total: float | None = None) -> float:
+    """Share of the item's distinct words, by weight, that occur in `words` (0.0 for an item without words);
+    `total`: the sum of `item_weights` when the caller already has it."""
+    total = sum(item_weights.values()) if total is None else total
     return sum(v for w, v in item_weights.items() if w in words) / total if total > 0 else 0.0
 
 
@@ -296,6 +297,7 @@ class SemanticIndex:
         # per item: the confirmation stage's lowest lexical share (rounded like scores)
         self.lexical = np.broadcast_to(np.asarray(lexical, dtype=np.float64), matchable.shape).copy()
         self.item_weights = list(item_weights)  # per item: its distinct words' rarity weights
+        self.item_totals = [sum(w.values()) for w in self.item_weights]  # lexical_share's denominators
         self.context_words = context_words
         self.window_words = window_words
         self.stride_words = stride_words
@@ -431,7 +433,7 @@ class SemanticIndex:
                 if r not in context:
                     words = norms[w.doc].words
                     context[r] = set(words[max(0, w.first - self.context_words) : w.last + 1 + self.context_words])
-                lexical = round(lexical_share(self.item_weights[c], context[r]), SCORE_DECIMALS)
+                lexical = round(lexical_share(self.item_weights[c], context[r], self.item_totals[c]), SCORE_DECIMALS)
                 out.append(Candidate(w.doc, c, score, lexical, w))
         return out
 
