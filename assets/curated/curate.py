@@ -25,6 +25,11 @@ from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, Sca
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, RAW_WARC_RECORDS
 
 SCHEMA = CURATED_DOCUMENTS.arrow_schema
+# Rows are staged in Arrow tables of this many rows (one Parquet row group each): one per curate chunk (32
+# rows) cost ~0.4 ms of CPU a document in Arrow and Parquet overheads, 1,024 about a fifth of that. The final
+# files do not depend on it: the bucket task reads the staged rows back in batches of 1,024 whatever their
+# row groups.
+STAGED_BATCH_ROWS = 1024
 Thresholds = Mapping[str | None, tuple[float, float]]  # language -> (p_head, p_tail)
 
 
@@ -96,8 +101,12 @@ def run_task(task: CurateTask) -> TaskResult:
     scored: list[tuple[str | None, float]] = []
     writer = FileWriter(task.staged)
     chunks = _html_chunks(task.lakehouse.read_slice(task.slice), task.params.chunk_docs, counts)
+    pending: list[dict] = []
     for rows in curate_records(chunks, task.params, task.lm_path):
-        writer.write(pa.Table.from_pylist(rows, schema=SCHEMA))
+        pending.extend(rows)
+        if len(pending) >= STAGED_BATCH_ROWS:
+            writer.write(pa.Table.from_pylist(pending, schema=SCHEMA))
+            pending = []
         for r in rows:
             decisions[r["decision"] or "kept"] += 1
             if r["language"]:
@@ -106,6 +115,8 @@ def run_task(task: CurateTask) -> TaskResult:
                 rules[(r["quality_rules"], bool(r["kept"]))] += 1
             if r["perplexity"] is not None:
                 scored.append((r["language"], r["perplexity"]))
+    if pending:
+        writer.write(pa.Table.from_pylist(pending, schema=SCHEMA))
     return TaskResult(
         task.index,
         (writer.close(),),
