@@ -12,14 +12,21 @@ recipe, same WARC files, same run.
 - ours: `raw_ingest` for every partition (timed separately), `curate_models` (untimed), then the `curate`
   job for every partition (timed), each step in a fresh subprocess on a temp TOKENLAKE_HOME/DAGSTER_HOME.
 
+By default every input is measured twice in one run: as given, and with each WARC file concatenated
+`--large-copies` times (4: the sample's largest partition then holds ~1,200 responses, the size where what a
+process or a partition pays once stops dominating). The summary gives ours/bare for both, with and without
+start-up, and the marginal ratio between them (the CPU seconds the extra documents cost each side: the
+steady state of a large partition). The copies are duplicates of real pages; nothing on either side caches
+by content, so each copy costs what a new page of the same size would.
+
 Per core = documents / CPU-seconds of the whole child process tree (user+sys, RUSAGE_CHILDREN: start-up,
 imports and model loads included; each child reaps its own subprocesses so their CPU is counted). The
 rows "excl. start-up" use the CPU the child measured around the pipeline itself. Documents = the HTTP
 responses of the input (both sides read every response and keep the HTML ones). With the benchmark data
 present (../shared/data) it also prints both sides' extraction F1 on the ScrapingHub AEB pages.
 
-    python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--repeats 3] [--workers 1] [--no-f1]
-                           [--no-datatrove]
+    python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--large-copies 4] [--repeats 3]
+                           [--workers 1] [--no-f1] [--no-datatrove]
 
 `--no-datatrove` skips datatrove (no venv needed): ours is then compared with bare trafilatura only, and the
 output says so.
@@ -342,6 +349,7 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
         }
         totals = {"rows": 0, "kept": 0, "responses_read": 0, "html_documents": 0, "asset_seconds": 0.0}
         decisions: dict[str, int] = {}
+        per_partition: dict[str, int] = {}
         for key in keys:
             res = job.execute_in_process(
                 instance=instance, partition_key=key, run_config=run_config, raise_on_error=False
@@ -353,6 +361,7 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
                 totals["rows"] += md["dagster/row_count"].value
                 totals["kept"] += md["kept"].value
                 totals["responses_read"] += md["responses_read"].value
+                per_partition[key] = per_partition.get(key, 0) + md["responses_read"].value
                 totals["html_documents"] += md["html_documents"].value
                 totals["asset_seconds"] += md["seconds"].value
                 for line in md["funnel"].value.splitlines()[2:]:  # | decision | n |
@@ -361,7 +370,12 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
                         decisions[cells[0]] = decisions.get(cells[0], 0) + int(cells[1])
         docs = defs.resources["catalog"].lakehouse().scan(CURATED_DOCUMENTS, ("extract_seconds",))
         extract_s = docs["extract_seconds"].to_pylist()
-        out.update(totals, decisions=decisions, extract_seconds=sum(x for x in extract_s if x is not None))
+        out.update(
+            totals,
+            decisions=decisions,
+            partition_responses=per_partition,
+            extract_seconds=sum(x for x in extract_s if x is not None),
+        )
     instance.dispose()
     from assets.curated.extract import close_shared_extractors
 
@@ -432,6 +446,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--crawl", type=Path, default=SAMPLE_CRAWL, help="crawl root (Common Crawl layout)")
     parser.add_argument("--copies", type=int, default=1, help="concatenate each WARC file N times (longer runs)")
+    parser.add_argument(
+        "--large-copies",
+        type=int,
+        default=4,
+        help="also measure the input with each WARC file concatenated N times, in the same run (the sample's "
+        "largest partition then holds ~1,200 responses); 0 or 1: only the input as given",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (median reported)")
     parser.add_argument("--workers", type=int, default=1, help="our curate asset's `workers` (datatrove: 1 task)")
     parser.add_argument("--venv", type=Path, default=DT_VENV, help="datatrove's venv (created if missing)")
@@ -456,18 +477,51 @@ def main() -> int:
     return run_reported("curate", lambda work: run_bench(crawl, work, args))
 
 
+def prepare_input(name: str, crawl: Path, work: Path, args) -> dict:
+    """Count the input's responses and run our untimed setup (raw_ingest, curate_models) in its own home."""
+    paths = warc_paths(crawl)
+    responses = count_responses(paths)
+    mb = sum(p.stat().st_size for p in paths) / 1e6
+    print(f"input {name}: {crawl} - {len(paths)} WARC files, {mb:.1f} MB compressed, {responses} HTTP responses")
+    home = work / f"home-{len(list(work.glob('home-*')))}"
+    print(f"  ours: raw_ingest + curate_models (setup) for {name} ...", flush=True)
+    ingest = run_ours("ingest", crawl, home, args.workers)
+    if ingest["responses"] != responses:
+        raise BenchFailure(f"raw_ingest stored {ingest['responses']} responses; warcio sees {responses}")
+    if ingest["responses_metadata"] != responses:
+        print(
+            f"note: raw_ingest's dagster/row_count metadata sums to {ingest['responses_metadata']}, "
+            f"the table holds {responses} rows"
+        )
+    run_ours("models", crawl, home, args.workers)
+    return {"name": name, "crawl": crawl, "home": home, "responses": responses, "ingest": ingest}
+
+
+def run_round(inp: dict, args, venv: dict | None, work: Path, i: int) -> None:
+    """One timed run of each side on one input (appended to inp's lists)."""
+    crawl, home, responses = inp["crawl"], inp["home"], inp["responses"]
+    print(f"timed round {i + 1}/{args.repeats}, {inp['name']}: ours (curate) ...", flush=True)
+    inp.setdefault("ours", []).append(run_ours("curate", crawl, home, args.workers))
+    if inp["ours"][-1]["responses_read"] != responses:
+        raise BenchFailure(f"curate read {inp['ours'][-1]['responses_read']} raw responses; the input has {responses}")
+    print(f"timed round {i + 1}/{args.repeats}, {inp['name']}: bare trafilatura ...", flush=True)
+    inp.setdefault("bares", []).append(run_bare(crawl))
+    if inp["bares"][-1]["responses"] != responses:
+        raise BenchFailure(f"the bare loop read {inp['bares'][-1]['responses']} responses; the input has {responses}")
+    if venv is not None:
+        print(f"timed round {i + 1}/{args.repeats}, {inp['name']}: datatrove ...", flush=True)
+        inp.setdefault("dts", []).append(run_datatrove(venv, crawl, work))
+
+
+def med(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
 def run_bench(crawl: Path, work: Path, args) -> int:
     if args.copies > 1:
         make_copies(crawl, work / "crawl", args.copies)
         crawl = work / "crawl"
-    paths = warc_paths(crawl)
-    responses = count_responses(paths)
-    mb = sum(p.stat().st_size for p in paths) / 1e6
-    print(
-        f"input: {crawl} - {len(paths)} WARC files, {mb:.1f} MB compressed, {responses} HTTP responses"
-        + (f" ({args.copies} concatenated copies of {args.crawl})" if args.copies > 1 else "")
-    )
-
+    base = f"{args.crawl.name}" + (f" x{args.copies}" if args.copies > 1 else "")
     venv = None
     if args.no_datatrove:
         print("datatrove: not run (--no-datatrove); ours is compared with bare trafilatura only")
@@ -480,39 +534,41 @@ def run_bench(crawl: Path, work: Path, args) -> int:
         )
         print(f"datatrove venv: {args.venv} ({installed}); {venv['versions']}; lid model {venv['lid_model']}")
 
-    home = work / "home"
-    print("ours: raw_ingest + curate_models (setup) ...", flush=True)
-    ingest = run_ours("ingest", crawl, home, args.workers)
-    if ingest["responses"] != responses:
-        raise BenchFailure(f"raw_ingest stored {ingest['responses']} responses; warcio sees {responses}")
-    if ingest["responses_metadata"] != responses:
-        print(
-            f"note: raw_ingest's dagster/row_count metadata sums to {ingest['responses_metadata']}, "
-            f"the table holds {responses} rows"
-        )
-    run_ours("models", crawl, home, args.workers)
+    inputs = [prepare_input(base, crawl, work, args)]
+    if args.large_copies > 1:  # the same partitions, each WARC file concatenated N times: bigger partitions
+        make_copies(crawl, work / "crawl-large", args.large_copies)
+        inputs.append(prepare_input(f"{base} x{args.large_copies}", work / "crawl-large", work, args))
+    for i in range(args.repeats):  # interleaved, so machine load hits every side and input alike
+        for inp in inputs:
+            run_round(inp, args, venv, work, i)
+    for inp in inputs:
+        report_input(inp, args)
+    if len(inputs) > 1:
+        report_summary(inputs, args)
 
-    dts, ours, bares = [], [], []
-    for i in range(args.repeats):  # interleaved, so machine load hits every side alike
-        print(f"timed round {i + 1}/{args.repeats}: ours (curate) ...", flush=True)
-        ours.append(run_ours("curate", crawl, home, args.workers))
-        if ours[-1]["responses_read"] != responses:
-            raise BenchFailure(f"curate read {ours[-1]['responses_read']} raw responses; the input has {responses}")
-        print(f"timed round {i + 1}/{args.repeats}: bare trafilatura ...", flush=True)
-        bares.append(run_bare(crawl))
-        if bares[-1]["responses"] != responses:
-            raise BenchFailure(f"the bare loop read {bares[-1]['responses']} responses; the input has {responses}")
-        if venv is not None:
-            print(f"timed round {i + 1}/{args.repeats}: datatrove ...", flush=True)
-            dts.append(run_datatrove(venv, crawl, work))
+    if not args.no_f1:
+        f1 = extraction_f1(venv, BENCH_TIMEOUT_S) if venv is not None else None
+        if venv is None:
+            print("\nextraction F1: skipped (needs datatrove's venv)")
+        elif f1 is None:
+            print(f"\nextraction F1: skipped, benchmark data not found at {AEB_TAR}")
+        else:
+            f_ours, f_dt, n = f1
+            print(
+                f"\nextraction F1 (ScrapingHub AEB, {n} pages, bag-of-tokens): ours {f_ours:.4f}, "
+                f"datatrove {f_dt:.4f} (difference {f_ours - f_dt:+.4f})"
+            )
+    return 0
 
-    def med(runs: list[dict], key: str) -> float:
-        return statistics.median(r[key] for r in runs)
 
+def report_input(inp: dict, args) -> None:
+    """The decisions, where the time goes, and the throughput table of one input."""
+    responses, ours, bares, dts, ingest = inp["responses"], inp["ours"], inp["bares"], inp.get("dts", []), inp["ingest"]
     o, b = ours[-1], bares[-1]
     d = dts[-1] if dts else None
+    print(f"\n== {inp['name']} ({responses} responses, {len(o['partitions'])} partitions)")
     print(
-        f"\ndocuments: {responses} HTTP responses in; HTML documents considered: ours {o['html_documents']} "
+        f"documents: {responses} HTTP responses in; HTML documents considered: ours {o['html_documents']} "
         f"(HTTP Content-Type), bare trafilatura {b['html']} (same test)"
         + (f", datatrove {d['html']} (WARC-Identified-Payload-Type / libmagic)" if d else "")
         + f"; kept: ours {o['kept']}"
@@ -554,7 +610,7 @@ def run_bench(crawl: Path, work: Path, args) -> int:
         ("ours: raw_ingest + curate", ingest["wall_s"] + med(ours, "wall_s"), ingest["cpu_s"] + med(ours, "cpu_s")),
     ]
     print(
-        f"\nthroughput, {responses} documents, median of {args.repeats} (per core = documents / CPU s of the "
+        f"throughput, {responses} documents, median of {args.repeats} (per core = documents / CPU s of the "
         f"process tree; ours workers={args.workers}, datatrove 1 task)"
     )
     print(f"  {'':<36}{'wall s':>8}{'CPU s':>8}{'docs/s wall':>13}{'docs/s/core':>13}")
@@ -563,7 +619,7 @@ def run_bench(crawl: Path, work: Path, args) -> int:
 
     ratio_bare = med(bares, "cpu_s") / med(ours, "cpu_s")
     ratio_bare_steady = med(bares, "pipeline_cpu_s") / med(ours, "pipeline_cpu_s")
-    print(f"\nratio ours/bare trafilatura, documents/s per core: {ratio_bare:.2f}x  (goal >= 0.85x)")
+    print(f"ratio ours/bare trafilatura, documents/s per core: {ratio_bare:.2f}x  (goal >= 0.85x)")
     print(
         f"  excl. start-up: {ratio_bare_steady:.2f}x;  wall docs/s: {med(bares, 'wall_s') / med(ours, 'wall_s'):.2f}x"
     )
@@ -579,19 +635,31 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     else:
         print("ratio ours/datatrove: not measured (--no-datatrove)")
 
-    if not args.no_f1:
-        f1 = extraction_f1(venv, BENCH_TIMEOUT_S) if venv is not None else None
-        if venv is None:
-            print("\nextraction F1: skipped (needs datatrove's venv)")
-        elif f1 is None:
-            print(f"\nextraction F1: skipped, benchmark data not found at {AEB_TAR}")
-        else:
-            f_ours, f_dt, n = f1
-            print(
-                f"\nextraction F1 (ScrapingHub AEB, {n} pages, bag-of-tokens): ours {f_ours:.4f}, "
-                f"datatrove {f_dt:.4f} (difference {f_ours - f_dt:+.4f})"
-            )
-    return 0
+
+def report_summary(inputs: list[dict], args) -> None:
+    """Ours/bare per input (with and without start-up), and the marginal ratio between the smallest and the
+    largest input: the CPU seconds the extra documents cost each side, which leaves out everything paid once
+    per process or per partition (start-up, model loads, Dagster runs, commits): the steady-state rate of a
+    partition far larger than the sample's."""
+    print(f"\n== summary: ours/bare trafilatura, documents/s per core (median of {args.repeats}; goal >= 0.85x)")
+    print(f"  {'input':<28}{'responses':>10}{'largest partition':>19}{'whole':>8}{'excl. start-up':>16}")
+    for inp in inputs:
+        ours, bares = inp["ours"], inp["bares"]
+        largest = max(inp["ours"][-1]["partition_responses"].values(), default=0)
+        print(
+            f"  {inp['name']:<28}{inp['responses']:>10}{largest:>19}"
+            f"{med(bares, 'cpu_s') / med(ours, 'cpu_s'):>7.2f}x"
+            f"{med(bares, 'pipeline_cpu_s') / med(ours, 'pipeline_cpu_s'):>15.2f}x"
+        )
+    small, large = inputs[0], inputs[-1]
+    extra = large["responses"] - small["responses"]
+    d_bare = med(large["bares"], "cpu_s") - med(small["bares"], "cpu_s")
+    d_ours = med(large["ours"], "cpu_s") - med(small["ours"], "cpu_s")
+    print(
+        f"  marginal ({extra} more responses, same partitions): bare {d_bare:.2f} CPU s, ours {d_ours:.2f} CPU s "
+        f"-> {1000 * d_bare / extra:.1f} vs {1000 * d_ours / extra:.1f} ms a response: "
+        f"steady-state ratio {d_bare / d_ours:.2f}x"
+    )
 
 
 if __name__ == "__main__":
