@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -106,3 +106,134 @@ def token_dtype_for_vocab(vocab_size: int) -> str:
     if vocab_size <= 1 << 32:
         return "uint32"
     raise ValueError(f"vocabulary of {vocab_size} ids does not fit uint32")
+
+
+# --- the layout of a published view --------------------------------------------------------------------------
+# Where each sample's document lies in the pinned token files (file, row group, row) and one sha256 per row group
+# over its `tokens` values back to back, computed at publication from bytes verified document by document against
+# the samples' tokens_sha256. Stored next to run_view.samples (a blob under its table location, its sha256 and
+# path in a table property of run_view.samples), not in the manifest: it names storage paths, which differ
+# between two copies of the same catalog, so the run view id (the manifest's hash) stays what it was. The blob
+# records the manifest hash and samples digest it was made for; a reader checks both and the blob's sha256.
+LAYOUT_FORMAT = "tokenlake.run_view_layout/1"
+LAYOUT_PROPERTY_PREFIX = "tokenlake.layout."  # + run view id -> "<sha256 of the blob> <path>"
+
+
+def layout_property(run_view_id: str) -> str:
+    """The run_view.samples table property that points at a view's layout blob."""
+    return f"{LAYOUT_PROPERTY_PREFIX}{run_view_id}"
+
+
+def token_value_bytes(arr: pa.Array) -> tuple[memoryview, np.ndarray]:
+    """(the values of a binary array's rows back to back, each row's byte start plus the end): the bytes a row
+    group digest is over, without copying them."""
+    offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
+    width = 8 if pa.types.is_large_binary(arr.type) else 4
+    offsets = np.frombuffer(offsets_buf, dtype=f"<i{width}", count=len(arr) + 1, offset=arr.offset * width)
+    offsets = offsets.astype(np.int64)
+    base = int(offsets[0]) if len(offsets) else 0
+    size = int(offsets[-1]) - base if len(offsets) else 0
+    data = memoryview(data_buf)[base : base + size] if data_buf is not None else memoryview(b"")
+    return data, offsets - base
+
+
+def row_group_digest(data) -> bytes:
+    """sha256 of a row group's token values back to back (32 raw bytes)."""
+    return hashlib.sha256(data).digest()
+
+
+class ViewLayout:
+    """A view's layout: token files (sorted paths), per sample (file index, row group, row), and per row group the
+    view reads (file index, row group, sha256 of its token values; rows whose documents did not verify at
+    publication have no digest: they are read document by document)."""
+
+    def __init__(
+        self,
+        manifest_sha256: str,
+        samples_sha256: str,
+        files,
+        file_index,
+        row_group,
+        row,
+        group_file,
+        group_row_group,
+        group_sha256,
+    ):
+        self.manifest_sha256, self.samples_sha256 = manifest_sha256, samples_sha256
+        self.files = tuple(files)
+        self.file_index, self.row_group, self.row = (np.asarray(a, "<i4") for a in (file_index, row_group, row))
+        self.group_file = np.asarray(group_file, "<i4")
+        self.group_row_group = np.asarray(group_row_group, "<i4")
+        self.group_sha256 = np.asarray(group_sha256, "S32")
+
+    def group_digests(self) -> dict[int, bytes]:
+        """{file index << 32 | row group: sha256} (the loader's row-group keys)."""
+        keys = (self.group_file.astype(np.int64) << 32) | self.group_row_group.astype(np.int64)
+        return dict(zip(keys.tolist(), self.group_sha256.tolist(), strict=True))
+
+    def encode(self) -> bytes:
+        """JSON header line, then int32 file_index, row_group, row (per sample), group file, group row group (per
+        group) and the groups' 32-byte digests, little-endian."""
+        header = {
+            "format": LAYOUT_FORMAT,
+            "manifest_sha256": self.manifest_sha256,
+            "samples_sha256": self.samples_sha256,
+            "files": list(self.files),
+            "n_samples": len(self.row),
+            "n_groups": len(self.group_sha256),
+        }
+        parts = [self.file_index, self.row_group, self.row, self.group_file, self.group_row_group]
+        body = b"".join(np.ascontiguousarray(p, "<i4").tobytes() for p in parts) + self.group_sha256.tobytes()
+        return canonical_json(header).encode() + b"\n" + body
+
+    @classmethod
+    def decode(cls, blob: bytes) -> ViewLayout:
+        """The layout of `encode`'s bytes; ValueError names what is wrong."""
+        head, sep, body = blob.partition(b"\n")
+        try:
+            header = json.loads(head)
+        except ValueError as e:
+            raise ValueError(f"layout header is not JSON: {e}") from e
+        if not sep or header.get("format") != LAYOUT_FORMAT:
+            raise ValueError(f"layout format {header.get('format')!r}, expected {LAYOUT_FORMAT}")
+        n, g = int(header["n_samples"]), int(header["n_groups"])
+        if len(body) != 12 * n + 8 * g + 32 * g:
+            raise ValueError(f"layout body holds {len(body)} bytes, {n} samples and {g} groups need {12 * n + 40 * g}")
+        ints = np.frombuffer(body, "<i4", count=3 * n + 2 * g)
+        digests = np.frombuffer(body, "S32", count=g, offset=4 * (3 * n + 2 * g))
+        return cls(
+            header["manifest_sha256"],
+            header["samples_sha256"],
+            header["files"],
+            ints[:n],
+            ints[n : 2 * n],
+            ints[2 * n : 3 * n],
+            ints[3 * n : 3 * n + g],
+            ints[3 * n + g :],
+            digests,
+        )
+
+
+def locate_documents(
+    sample_doc_ids: pa.Array | pa.ChunkedArray, per_file: Sequence[tuple[pa.ChunkedArray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(file index, row group, row) of each sample's document, given per file (in file order) its doc_id column
+    and its rows per row group; plus the doc ids found in no file (sorted, empty when all are found)."""
+    import pyarrow.compute as pc
+
+    ids, fi_parts, rg_parts, row_parts = [], [], [], []
+    for fi, (col, counts) in enumerate(per_file):
+        counts = np.asarray(counts, np.int64)
+        ids.extend(col.chunks if isinstance(col, pa.ChunkedArray) else [col])
+        fi_parts.append(np.full(int(counts.sum()), fi, np.int32))
+        rg_parts.append(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
+        first_row = np.repeat(np.cumsum(counts) - counts, counts)
+        row_parts.append((np.arange(int(counts.sum())) - first_row).astype(np.int32))
+    all_ids = pa.concat_arrays([c.cast(pa.large_string()) for c in ids]) if ids else pa.array([], pa.large_string())
+    at = pc.index_in(sample_doc_ids.cast(pa.large_string()), value_set=all_ids)
+    if at.null_count:
+        missing = sorted(set(pc.filter(sample_doc_ids, pc.is_null(at)).to_pylist()))
+        return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32), missing
+    pos = at.to_numpy()
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int32)  # noqa: E731
+    return cat(fi_parts)[pos], cat(rg_parts)[pos], cat(row_parts)[pos], []

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -41,7 +42,6 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import And, EqualTo, In
@@ -76,6 +76,7 @@ SAMPLE_COLUMNS = (
     "n_tokens",
     "tokens_sha256",
 )
+log = logging.getLogger(__name__)
 # decoded row groups kept per process: three block windows (two when a batch straddles windows re-read some)
 DEFAULT_CACHED_ROW_GROUPS = 24
 
@@ -141,16 +142,10 @@ def decode_row_group(table: pa.Table, dtype: np.dtype, where: str) -> RowGroup:
     """Expose a row group's `tokens` column without copying it; nothing is verified yet (`verify_rows`)."""
     col = table.column("tokens")
     arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-    offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
-    width = 8 if pa.types.is_large_binary(arr.type) else 4
-    offsets = np.frombuffer(offsets_buf, dtype=f"<i{width}", count=len(arr) + 1, offset=arr.offset * width)
-    offsets = offsets.astype(np.int64)
-    base = int(offsets[0])
-    size = int(offsets[-1]) - base
-    rel = offsets - base
+    data, rel = contract.token_value_bytes(arr)
+    size = len(data)
     if size % dtype.itemsize or np.any(rel % dtype.itemsize):
         raise UnsupportedLayout(f"{where}: a token array is not a whole number of {dtype} tokens")
-    data = memoryview(data_buf)[base : base + size] if data_buf is not None else memoryview(b"")
     tokens = np.frombuffer(data, dtype=np.uint8, count=size).view(dtype) if size else np.zeros(0, dtype)
     return RowGroup(tokens, rel // dtype.itemsize, data, rel, np.zeros(len(arr), bool), where)
 
@@ -211,7 +206,12 @@ class RowGroupSource:
     _arena: tuple | None = field(default=None, repr=False, init=False)
 
     token_dtype: str = "uint16"
+    # sha256 of each row group's token values ({file index << 32 | row group: 32 bytes}), from the layout the
+    # view was published with: a decoded row group that matches has every document verified in one call
+    group_sha256: Mapping[int, bytes] | None = None
     _sha_bytes: np.ndarray | None = field(default=None, repr=False, init=False)
+    # per process: row groups verified by their digest, and those whose digest did not match (read per document)
+    group_checks: dict = field(default_factory=lambda: {"verified": 0, "mismatched": 0}, repr=False, init=False)
 
     def __post_init__(self) -> None:
         self.key = (np.asarray(self.file_index, np.int64) << 32) | np.asarray(self.row_group, np.int64)
@@ -228,6 +228,7 @@ class RowGroupSource:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_cache"], state["_reader"], state["_pid"], state["_arena"] = OrderedDict(), None, -1, None
+        state["group_checks"] = {"verified": 0, "mismatched": 0}
         return state
 
     @property
@@ -261,7 +262,21 @@ class RowGroupSource:
         self._remember(key, entry)
         return entry
 
+    def _vouch(self, key: int, entry: RowGroup) -> None:
+        """Verify a freshly decoded row group with ONE sha256 against its published digest: a match marks every
+        row verified; a mismatch (or no digest) leaves its documents to the per-document check, which names the
+        document that differs."""
+        want = self.group_sha256.get(key) if self.group_sha256 else None
+        if want is None or entry.verified.all():
+            return
+        if contract.row_group_digest(entry.data) == want:
+            entry.verified[:] = True
+            self.group_checks["verified"] += 1
+        else:
+            self.group_checks["mismatched"] += 1
+
     def _remember(self, key: int, entry: RowGroup) -> None:
+        self._vouch(key, entry)
         self._cache[key] = entry
         while len(self._cache) > self.max_cached:
             self._cache.popitem(last=False)
@@ -547,6 +562,7 @@ def _view_from_layout(
     origin: str,
     max_cached_row_groups: int = DEFAULT_CACHED_ROW_GROUPS,
     storage=None,
+    group_sha256: Mapping[int, bytes] | None = None,
 ) -> RunView:
     fi = samples.column("file_index").to_numpy().astype(np.int64)
     rg = samples.column("row_group").to_numpy().astype(np.int64)
@@ -563,6 +579,7 @@ def _view_from_layout(
         run_view_id=run_view_id,
         token_dtype=manifest["tokenizer"].get("token_dtype", "uint16"),
         storage=storage,
+        group_sha256=group_sha256,
     )
     blocks = layout_block_ids(samples.column("repetition").to_numpy(), fi, rg)
     return RunView(run_view_id, status, manifest, sha, samples.select(SAMPLE_COLUMNS), blocks, source, origin)
@@ -594,15 +611,62 @@ def _manifest_row(lakehouse: Lakehouse, run_view_id: str) -> dict:
     return rows.to_pylist()[0]
 
 
-def _pinned_samples(lakehouse: Lakehouse, run_view_id: str) -> pa.Table:
+def _pinned_samples(lakehouse: Lakehouse, run_view_id: str) -> tuple[pa.Table, Mapping[str, str]]:
+    """(the view's samples at its tag, run_view.samples' table properties)."""
     tag = contract.tag_name(run_view_id)
-    snap = lakehouse.table(RUN_VIEW_SAMPLES).snapshot_by_name(tag)
+    table = lakehouse.table(RUN_VIEW_SAMPLES)
+    snap = table.snapshot_by_name(tag)
     if snap is None:
         raise SamplesMismatch(
             f"{RUN_VIEW_SAMPLES} has no tag {tag}: the view was never published (or its tag was removed); re-publish it"
         )
     got = lakehouse.scan_at(RUN_VIEW_SAMPLES, snap.snapshot_id, SAMPLE_COLUMNS, EqualTo("run_view_id", run_view_id))
-    return got.sort_by("sample_index").select(SAMPLE_COLUMNS)
+    return got.sort_by("sample_index").select(SAMPLE_COLUMNS), dict(table.properties)
+
+
+def read_layout(blob: bytes, sha256: str, run_view_id: str, manifest: Mapping, n_samples: int, where: str):
+    """The view's published layout (contract.ViewLayout) from its blob, or None (logged) when the blob does not
+    hash to `sha256` or was made for another manifest, samples or count: the view then opens by locating its
+    documents itself, every document checksummed one by one."""
+    problem = None
+    if hashlib.sha256(blob).hexdigest() != sha256:
+        problem = f"hashes to {hashlib.sha256(blob).hexdigest()}, the view records {sha256}"
+    else:
+        try:
+            layout = contract.ViewLayout.decode(blob)
+        except (ValueError, KeyError) as e:
+            problem = str(e)
+        else:
+            if layout.manifest_sha256 != contract.manifest_sha256(manifest):
+                problem = f"was made for manifest {layout.manifest_sha256}"
+            elif layout.samples_sha256 != manifest["samples"]["sha256"] or len(layout.row) != n_samples:
+                problem = f"was made for other samples ({len(layout.row)} rows, digest {layout.samples_sha256})"
+            elif len(layout.row) and int(layout.file_index.max()) >= len(layout.files):
+                problem = "names a file index past its file list"
+    if problem is None:
+        return layout
+    log.warning("run view %s: layout %s %s; locating its documents instead", run_view_id, where, problem)
+    return None
+
+
+def _published_layout(lakehouse: Lakehouse, run_view_id: str, manifest: Mapping, samples: pa.Table, properties):
+    """(layout, FileIO properties of the token files) when the view was published with a layout, else None."""
+    pointer = properties.get(contract.layout_property(run_view_id))
+    if not pointer:
+        return None
+    sha, _, path = pointer.partition(" ")
+    table = lakehouse.table(TOKENIZED_DOCUMENTS)
+    snapshot_id = manifest["inputs"].get(TOKENIZED_DOCUMENTS.identifier)
+    if snapshot_id is None or table.snapshot_by_id(int(snapshot_id)) is None:
+        return None  # the locating path raises the named error
+    try:
+        with table.io.new_input(path).open() as f:
+            blob = f.read()
+    except (OSError, FileNotFoundError) as e:
+        log.warning("run view %s: layout %s unreadable (%s); locating its documents instead", run_view_id, path, e)
+        return None
+    layout = read_layout(blob, sha, run_view_id, manifest, samples.num_rows, path)
+    return None if layout is None else (layout, dict(table.io.properties))
 
 
 def _locate_documents(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table) -> tuple[list[str], pa.Table, dict]:
@@ -627,8 +691,9 @@ def _locate_documents(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table
         )
     files = sorted({t.file.file_path for t in tasks})
     cached = _cached_layout(manifest, snapshot_id, files, samples)
+    props = dict(table.io.properties)
     if cached is not None:
-        return files, cached, dict(table.io.properties)
+        return files, cached, props
 
     def doc_ids_of(path: str) -> tuple[pa.ChunkedArray, np.ndarray]:
         # one read of the doc_id column per file (not per row group), without pre-buffering (30% faster here)
@@ -643,29 +708,24 @@ def _locate_documents(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table
 
     with ThreadPoolExecutor(max_workers=min(4, max(1, len(files)))) as pool:  # pyarrow decodes without the GIL
         read = list(pool.map(doc_ids_of, files))
-    ids, fi_parts, rg_parts, row_parts = [], [], [], []
-    for fi, (col, counts) in enumerate(read):
-        ids.append(col)
-        fi_parts.append(np.full(int(counts.sum()), fi, np.int32))
-        rg_parts.append(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
-        first_row = np.repeat(np.cumsum(counts) - counts, counts)
-        row_parts.append((np.arange(int(counts.sum())) - first_row).astype(np.int32))
-    all_ids = pa.concat_arrays([c.cast(pa.large_string()) for col in ids for c in col.chunks])
-    at = pc.index_in(samples.column("doc_id").cast(pa.large_string()), value_set=all_ids)
-    if at.null_count:
-        missing = pc.filter(samples.column("doc_id"), pc.is_null(at)).to_pylist()
+    fi, rg, row, missing = contract.locate_documents(samples.column("doc_id"), read)
+    if missing:
         raise MissingDocument(
-            f"{len(set(missing))} documents of the view are not in {TOKENIZED_DOCUMENTS} at snapshot "
-            f"{snapshot_id}, e.g. {sorted(set(missing))[:3]}"
+            f"{len(missing)} documents of the view are not in {TOKENIZED_DOCUMENTS} at snapshot "
+            f"{snapshot_id}, e.g. {missing[:3]}"
         )
-    pos = at.to_numpy()
-    with_layout = (
-        samples.append_column("file_index", pa.array(np.concatenate(fi_parts)[pos], pa.int32()))
-        .append_column("row_group", pa.array(np.concatenate(rg_parts)[pos], pa.int32()))
-        .append_column("row", pa.array(np.concatenate(row_parts)[pos], pa.int32()))
-    )
+    with_layout = with_locations(samples, fi, rg, row)
     _store_layout(manifest, snapshot_id, files, with_layout)
-    return files, with_layout, dict(table.io.properties)
+    return files, with_layout, props
+
+
+def with_locations(samples: pa.Table, file_index, row_group, row) -> pa.Table:
+    """`samples` plus its layout columns file_index, row_group, row (int32)."""
+    return (
+        samples.append_column("file_index", pa.array(np.asarray(file_index, np.int32), pa.int32()))
+        .append_column("row_group", pa.array(np.asarray(row_group, np.int32), pa.int32()))
+        .append_column("row", pa.array(np.asarray(row, np.int32), pa.int32()))
+    )
 
 
 LAYOUT_CACHE_ENV = "TOKENLAKE_LAYOUT_CACHE"
@@ -715,10 +775,15 @@ def _published_from_catalog(catalog: Lakehouse | Catalog | None, run_view_id: st
     row = _manifest_row(lakehouse, run_view_id)
     check_status(run_view_id, row["status"], row.get("superseded_by_request"))
     manifest = parse_manifest(row["manifest_json"], row["manifest_sha256"], run_view_id)
-    samples = _pinned_samples(lakehouse, run_view_id)
+    samples, properties = _pinned_samples(lakehouse, run_view_id)
     check_samples(run_view_id, manifest, samples)
+    published = _published_layout(lakehouse, run_view_id, manifest, samples, properties)
+    if published is not None:
+        layout, props = published
+        with_layout = with_locations(samples, layout.file_index, layout.row_group, layout.row)
+        return row, manifest, list(layout.files), with_layout, props, layout
     files, with_layout, props = _locate_documents(lakehouse, manifest, samples)
-    return row, manifest, files, with_layout, props
+    return row, manifest, files, with_layout, props, None
 
 
 def open_run_view(
@@ -738,7 +803,7 @@ def open_run_view(
         return _open_bundle(Path(bundle), run_view_id, io_properties or {}, max_cached_row_groups, storage)
     if not run_view_id:
         raise ValueError("give a run_view_id (catalog) or bundle=<exported directory>")
-    row, manifest, files, with_layout, props = _published_from_catalog(catalog, run_view_id)
+    row, manifest, files, with_layout, props, layout = _published_from_catalog(catalog, run_view_id)
     if io_properties:
         props = {**props, **io_properties}
     return _view_from_layout(
@@ -752,6 +817,7 @@ def open_run_view(
         "catalog",
         max_cached_row_groups,
         storage,
+        None if layout is None else layout.group_digests(),
     )
 
 
@@ -761,11 +827,16 @@ def open_run_view(
 def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog: Lakehouse | Catalog | None = None) -> Path:
     """Write a published view's bundle (manifest.json, run_view.json, samples.parquet) to `out_dir` for a
     cluster without catalog access; returns the directory."""
-    row, manifest, files, with_layout, _ = _published_from_catalog(catalog, run_view_id)
+    row, manifest, files, with_layout, _, layout = _published_from_catalog(catalog, run_view_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_bytes(row["manifest_json"].encode("utf-8"))
     pq.write_table(with_layout, out / "samples.parquet")
+    layout_sha = None
+    if layout is not None:  # the published row-group digests travel with the bundle
+        blob = layout.encode()
+        (out / "layout.bin").write_bytes(blob)
+        layout_sha = hashlib.sha256(blob).hexdigest()
     (out / "run_view.json").write_text(
         json.dumps(
             {
@@ -775,6 +846,7 @@ def export_run_view(run_view_id: str, out_dir: str | Path, *, catalog: Lakehouse
                 "manifest_sha256": row["manifest_sha256"],
                 "token_files": files,
                 "tokens_snapshot_id": manifest["inputs"].get(TOKENIZED_DOCUMENTS.identifier),
+                "layout_sha256": layout_sha,
                 "exported_at": dt.datetime.now(dt.UTC).isoformat(),
             },
             indent=1,
@@ -804,6 +876,18 @@ def _open_bundle(
     manifest = parse_manifest((path / "manifest.json").read_bytes().decode("utf-8"), meta["manifest_sha256"], rid)
     samples = pq.read_table(path / "samples.parquet")
     check_samples(rid, manifest, samples)
+    digests = None
+    if meta.get("layout_sha256") and (path / "layout.bin").is_file():
+        blob = (path / "layout.bin").read_bytes()
+        layout = read_layout(blob, meta["layout_sha256"], rid, manifest, samples.num_rows, str(path / "layout.bin"))
+        # the digests vouch for whole row groups, so the rows they are used for must be the published ones
+        same = layout is not None and list(layout.files) == list(meta["token_files"])
+        for name in ("file_index", "row_group", "row") if same else ():
+            same = same and np.array_equal(samples.column(name).to_numpy(), getattr(layout, name))
+        if same:
+            digests = layout.group_digests()
+        elif layout is not None:
+            log.warning("bundle %s: samples.parquet's layout differs from layout.bin; checksumming per document", path)
     return _view_from_layout(
         rid,
         meta["status"],
@@ -815,6 +899,7 @@ def _open_bundle(
         "bundle",
         max_cached_row_groups,
         storage,
+        digests,
     )
 
 

@@ -16,6 +16,7 @@ from pyiceberg.expressions import And, EqualTo, IsNull, Not, Or
 from assets.dedup.semantic_clusters import split_cluster_ids
 from assets.dedup.splits import SEMANTIC_THRESHOLD, SPLITS, SplitParams, cluster_ids, split_of
 from assets.knobs import knob
+from assets.run_view.layout import publish_layout
 from assets.run_view.mixture import Component, Realised, select, within_tolerance
 from assets.tokenized.tokens import check_rows
 from iceberg_catalog import Lakehouse, Provenance
@@ -657,7 +658,8 @@ def tag_pinned_snapshots(lakehouse: Lakehouse, row: Mapping) -> dict[str, int]:
     manifest = row["manifest"] if "manifest" in row else json.loads(row["manifest_json"])
     rv_id = row["run_view_id"]
     current = lakehouse.snapshot_id(RUN_VIEW_SAMPLES)
-    if samples_digest(read_samples(lakehouse, rv_id, current)) != manifest["samples"]["sha256"]:
+    samples = read_samples(lakehouse, rv_id, current)
+    if samples_digest(samples) != manifest["samples"]["sha256"]:
         raise IntegrityError(f"run view {rv_id}: {RUN_VIEW_SAMPLES} does not hold the rows the manifest hashed")
     targets = {ident: sid for ident, sid in manifest["inputs"].items() if sid is not None}
     targets[RUN_VIEW_SAMPLES.identifier] = current
@@ -672,6 +674,8 @@ def tag_pinned_snapshots(lakehouse: Lakehouse, row: Mapping) -> dict[str, int]:
                     raise IntegrityError(f"{ident} already has tag {name} on snapshot {ref.snapshot_id}, not {sid}")
                 continue
             table.manage_snapshots().create_tag(snapshot_id=sid, tag_name=name).commit()
+    # where each sample lies and one checksum per row group, for the loader (not in the manifest: see layout.py)
+    publish_layout(lakehouse, rv_id, manifest, samples)
     return targets
 
 

@@ -47,16 +47,18 @@ def test_an_in_memory_view_follows_the_contract():
 def test_a_node_local_layout_cache_gives_the_same_view_and_survives_corruption(tmp_path, monkeypatch):
     from loader import open_run_view
     from tests.loader import views
+    from tests.loader.test_layout import without_layout_property
 
     monkeypatch.setenv("TOKENLAKE_LAYOUT_CACHE", str(tmp_path))
-    first = open_run_view(views.lakehouse()["a"], catalog=views.handle())
-    (entry,) = tmp_path.glob("layout-*.npy")
-    again = open_run_view(views.lakehouse()["a"], catalog=views.handle())
-    assert again.block_ids.tolist() == first.block_ids.tolist() == views.view("a").block_ids.tolist()
-    assert again.source.row.tolist() == first.source.row.tolist()
-    entry.write_bytes(entry.read_bytes()[:-4] + b"\x00\x00\x00\x07")  # altered: ignored, located again
-    third = open_run_view(views.lakehouse()["a"], catalog=views.handle())
-    assert third.source.row.tolist() == first.source.row.tolist() and entry.is_file()
+    with without_layout_property(views.lakehouse()["a"]):  # a view published without a layout: located
+        first = open_run_view(views.lakehouse()["a"], catalog=views.handle())
+        (entry,) = tmp_path.glob("layout-*.npy")
+        again = open_run_view(views.lakehouse()["a"], catalog=views.handle())
+        assert again.block_ids.tolist() == first.block_ids.tolist() == views.view("a").block_ids.tolist()
+        assert again.source.row.tolist() == first.source.row.tolist()
+        entry.write_bytes(entry.read_bytes()[:-4] + b"\x00\x00\x00\x07")  # altered: ignored, located again
+        third = open_run_view(views.lakehouse()["a"], catalog=views.handle())
+        assert third.source.row.tolist() == first.source.row.tolist() and entry.is_file()
 
 
 def test_the_arrow_samples_digest_equals_the_per_row_one():
