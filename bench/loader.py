@@ -12,7 +12,8 @@ with the project's own store code (candidate, blocking checks, approval):
    (world 1), each side reading the same token stream:
    - limit: a numpy memmap of the view's tokens (uint16, sample order), batches of B contiguous seq_len+1
      windows -> int64 input_ids and labels (nanoGPT / Megatron style: no shuffle, no checksums, no masks);
-   - ours: RunViewLoader over the "prod" view (block shuffle, sha256 of every document, packing with
+   - ours: RunViewLoader over the "prod" view (block shuffle, sha256 of every row group against the digest the
+     view was published with (per document where one does not match), packing with
      labels / loss_mask / position_ids / segment_ids / cu_seqlens, audit spans), in process, with a prefetch
      thread, and with 2 DataLoader worker processes (aggregate / 2 = per worker);
    - MosaicML streaming (`StreamingDataset`, local MDS shards of the same tokens cut into seq_len samples,
@@ -22,7 +23,8 @@ with the project's own store code (candidate, blocking checks, approval):
    with a consumer that "computes" at 1M tokens/s (sleeps tokens/1e6 s per step): fraction of wall time in
    `next()`, without and with prefetch, against the memmap with the same consumer.
 3. Time to first batch on the "wide" view (>= 10,000 row groups), fresh process each, median of `--repeats`:
-   import, open (catalog: manifest, samples at the tag, layout of every row group), loader, first batch; also
+   import, open (catalog: manifest, samples at the tag, the layout published with the view; views without
+   one read the doc_id column of every row group), loader, first batch; also
    from an exported bundle; baseline: reading just the Parquet footers of the token files (pyarrow).
 4. `state_dict()`: microseconds per call (and `load_state_dict` + first batch at step 10^6) as a share of the
    loader's own step time and of the 1M tokens/s step.
