@@ -13,8 +13,10 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -98,6 +100,9 @@ def _short_list(paths: Sequence[str]) -> str:
 # --- Ray ---------------------------------------------------------------------------------------------------
 
 _ray_lock = threading.Lock()
+# A `ray://` connect can fail on the head's side while it forks this driver's Ray Client server (seen under load:
+# the server process dies at start, "Starting Ray client server failed"); the next attempt gets a new server.
+RAY_CLIENT_ATTEMPTS = 3
 _ray_connected: str | None = None  # the address this process's Ray driver is connected to
 TASKS_PER_NODE: Counter = Counter()  # node IP -> tasks it completed, over every Ray map of this process
 
@@ -129,17 +134,38 @@ def connect_ray(address: str, runtime_env: Mapping[str, Any] | None = None, time
         _check_reachable(address, timeout)
         if ray.is_initialized():
             ray.shutdown()
-        try:
-            ray.init(
-                address=address,
-                runtime_env=dict(runtime_env or {}) or None,
-                namespace="tokenlake",
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
-        except Exception as exc:  # auth, version mismatch, ...: say which cluster
-            raise ClusterUnreachableError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
+        attempts = RAY_CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(
+                    address=address,
+                    runtime_env=dict(runtime_env or {}) or None,
+                    namespace="tokenlake",
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
+                break
+            except ConnectionAbortedError as exc:  # Ray Client: the head could not start this driver's server
+                if attempt == attempts:
+                    raise ClusterUnreachableError(
+                        f"cannot connect to the Ray cluster at {address!r} ({attempts} attempts): {exc}"
+                    ) from exc
+                log.warning("Ray Client at %s: attempt %d of %d failed (%s); again", address, attempt, attempts, exc)
+                _reset_ray_client()
+                time.sleep(random.Random().uniform(0.5, 1.5) * attempt)  # own generator: global state untouched
+            except Exception as exc:  # auth, version mismatch, ...: say which cluster
+                raise ClusterUnreachableError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
         _ray_connected = address
+
+
+def _reset_ray_client() -> None:
+    """Drop what a failed Ray Client connect left behind, so the next `ray.init` starts clean."""
+    import ray
+
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - nothing was connected; the next attempt reports its own error
+        pass
 
 
 def disconnect_ray() -> None:
