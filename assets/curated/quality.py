@@ -61,7 +61,6 @@ English path above, unchanged.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -272,17 +271,17 @@ def _repetition_signals(text: str, tokens: list[str], out: dict) -> None:
     for n in DUP_NGRAM_SIZES:
         # datatrove's find_all_duplicate: walk left to right, count a repeat once and skip over its span.
         # Only positions whose n-gram occurs twice or more can count (the others just step on), so the walk
-        # visits those alone, and jumps over a counted span.
+        # visits those alone, and steps over the ones inside a counted span.
         positions, grams = stats.repeated[n]
-        repeated_chars, i, seen = 0, 0, set()
-        while i < len(positions):
-            p, gram = positions[i], grams[i]
+        repeated_chars, span_end, seen = 0, 0, set()
+        for p, gram in zip(positions, grams):
+            if p < span_end:
+                continue
             if gram in seen:
                 repeated_chars += cum[p + n] - cum[p]
-                i = bisect_left(positions, p + n, i + 1)
+                span_end = p + n
             else:
                 seen.add(gram)
-                i += 1
         out[f"gopher_rep_dup_{n}gram_char_frac"] = _ratio(repeated_chars, n_chars)
 
 
@@ -350,40 +349,68 @@ def count_sentences(line: str) -> int:
     return len(_SENTENCE_BREAK.findall(line)) + 1
 
 
-def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = False) -> list[str]:
-    """One pass over the lines: fill the c4_* signals into ``out`` (if given), return the kept lines."""
+@dataclass(frozen=True)
+class _C4Lines:
+    """What C4 keeps of a text: the kept lines (stripped, citations cut), the lines it removes, and for the kept
+    lines that lost a citation the line before and after the cut."""
+
+    kept: list[str]
+    removed: list[str]
+    cut: list[tuple[str, str]]
+
+    def n_tokens(self, text_tokens: int) -> int:
+        """``TOKEN_RE`` tokens of the kept lines, from the text's: tokens never span white space, so never a line
+        break ``splitlines`` cuts at, and stripping a line or joining lines with newlines leaves them alone."""
+        count = _count_tokens
+        return text_tokens - sum(map(count, self.removed)) - sum(count(a) - count(b) for a, b in self.cut)
+
+
+def _count_tokens(text: str) -> int:
+    return len(TOKEN_RE.findall(text))
+
+
+def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = False) -> _C4Lines:
+    """One pass over the lines: fill the c4_* signals into ``out`` (if given), return what C4 keeps."""
     n_long = n_few = n_no_punct = n_kept = 0
     n_lorem = n_js = n_curly = n_policy = n_sent = 0
     n_lorem_t = n_curly_t = n_sent_t = 0
     max_word_len = 0
     kept: list[str] = []
+    removed: list[str] = []
+    cut: list[tuple[str, str]] = []
     lines = text.splitlines()
     for raw in lines:
-        line = raw.strip()
-        words = line.split()
+        stripped = raw.strip()
+        words = stripped.split()
         longest = max(map(len, words), default=0)
         max_word_len = max(max_word_len, longest)
         if longest > C4_MAX_WORD_LENGTH:
             n_long += 1
+            removed.append(raw)
             continue
-        line = C4_CITATION.sub("", line)
+        line = C4_CITATION.sub("", stripped)
         terminal = line.endswith(TERMINAL_PUNCT) and not line.endswith("...")
         if not terminal:
             n_no_punct += 1
         if len(words) < C4_MIN_WORDS_PER_LINE:
             n_few += 1
+            removed.append(raw)
             continue
         lower = line.lower()
         if "lorem ipsum" in lower:
             n_lorem += 1
             n_lorem_t += terminal
+            removed.append(raw)
         elif "javascript" in lower:
             n_js += 1
+            removed.append(raw)
         elif "{" in line:
             n_curly += 1
             n_curly_t += terminal
+            removed.append(raw)
         elif any(p in lower for p in C4_POLICY_SUBSTRINGS):
             n_policy += 1
+            removed.append(raw)
         else:
             n = count_sentences(line)
             n_sent += n
@@ -392,6 +419,10 @@ def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = Fals
             if terminal or not filter_no_terminal_punct:
                 n_kept += 1
                 kept.append(line)
+                if line != stripped:
+                    cut.append((stripped, line))
+            else:
+                removed.append(raw)
     if out is not None:
         out["c4_n_lines"] = len(lines)
         out["c4_max_word_len"] = max_word_len
@@ -407,15 +438,15 @@ def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = Fals
         out["c4_n_lines_lorem_ipsum_terminal"] = n_lorem_t
         out["c4_n_lines_curly_bracket_terminal"] = n_curly_t
         out["c4_n_sentences_terminal"] = n_sent_t
-    return kept
+    return _C4Lines(kept, removed, cut)
 
 
 def c4_clean_text(text: str, filter_no_terminal_punct: bool = False) -> str:
     """The text after C4's line removals (FineWeb's setting by default), as datatrove's C4 filter emits it."""
-    return "\n".join(_c4_lines(text, None, filter_no_terminal_punct)).strip()
+    return "\n".join(_c4_lines(text, None, filter_no_terminal_punct).kept).strip()
 
 
-def _fineweb_signals(text: str, n_tokens: int | None, out: dict) -> None:
+def _fineweb_signals(text: str, n_tokens: int, out: dict) -> None:
     lines = text.split("\n")
     n_lines = len(lines)
     out["fineweb_n_lines"] = n_lines
@@ -423,8 +454,6 @@ def _fineweb_signals(text: str, n_tokens: int | None, out: dict) -> None:
     out["fineweb_short_line_ratio"] = _ratio(sum(1 for s in lines if len(s) <= FINEWEB_SHORT_LINE_LENGTH), n_lines)
     non_empty = [s for s in lines if s.strip()]
     out["fineweb_char_dup_ratio"] = _ratio(_dup_count_and_chars(non_empty)[1], len(text) - (n_lines - 1))
-    if n_tokens is None:
-        n_tokens = len(TOKEN_RE.findall(text))
     out["fineweb_newline_ratio"] = _ratio(n_lines - 1, n_tokens)
 
 
@@ -454,9 +483,8 @@ def quality_signals(text: str, words: WordRules | None = None) -> dict[str, floa
     tokens = TOKEN_RE.findall(text)
     _repetition_signals(text, tokens, out)
     _gopher_quality_signals(text, tokens, out)
-    cleaned = "\n".join(_c4_lines(text, out)).strip()
-    # Clean pages usually lose no line to C4; then the tokens are the ones already counted.
-    _fineweb_signals(cleaned, len(tokens) if cleaned == text else None, out)
+    c4 = _c4_lines(text, out)
+    _fineweb_signals("\n".join(c4.kept).strip(), c4.n_tokens(len(tokens)), out)
     return out
 
 

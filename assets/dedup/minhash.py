@@ -12,18 +12,9 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import datasketch
 import numpy as np
-from datasketch import MinHash
 
 from assets.knobs import knob
-
-if int(datasketch.__version__.split(".")[0]) < 2:  # pragma: no cover - depends on the installed package
-    raise ImportError(
-        f"assets.dedup.minhash needs datasketch>=2.0 (its 'affine32' MinHash scheme); found "
-        f"{datasketch.__version__}. Upgrade with `pip install 'datasketch>=2,<3'`: older versions give "
-        "different signatures, so stored band hashes would no longer match."
-    )
 
 # The permutation scheme is part of the stored format: a different scheme gives different signatures, so it
 # is pinned here rather than left to datasketch's default.
@@ -245,9 +236,24 @@ def _document_shingle_hashes(norms: Sequence[bytes], n: int) -> list[np.ndarray]
 # --- signatures ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
+def _minhash_class() -> type:
+    """datasketch's MinHash, imported on first use: it pulls in scipy (~0.5 CPU s), which processes that only
+    import the asset definitions (curate's) never need."""
+    import datasketch
+
+    if int(datasketch.__version__.split(".")[0]) < 2:  # pragma: no cover - depends on the installed package
+        raise ImportError(
+            f"assets.dedup.minhash needs datasketch>=2.0 (its 'affine32' MinHash scheme); found "
+            f"{datasketch.__version__}. Upgrade with `pip install 'datasketch>=2,<3'`: older versions give "
+            "different signatures, so stored band hashes would no longer match."
+        )
+    return datasketch.MinHash
+
+
 @functools.lru_cache(maxsize=8)
 def _permutations(num_perm: int, seed: int) -> np.ndarray:
-    perms = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations
+    perms = _minhash_class()(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations
     perms.setflags(write=False)  # shared by every MinHash built from these params
     return perms
 
@@ -267,7 +273,7 @@ def _signatures_of_hashes(hash_arrays: Iterable[np.ndarray], params: MinHashPara
     # datasketch's batch API does the permutations and minima: one update_batch per document
     return [
         m.hashvalues.astype(SIGNATURE_DTYPE, copy=False)
-        for m in MinHash.bulk((h.tolist() for h in hash_arrays), **_minhash_kwargs(params))
+        for m in _minhash_class().bulk((h.tolist() for h in hash_arrays), **_minhash_kwargs(params))
     ]
 
 

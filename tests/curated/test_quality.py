@@ -642,3 +642,32 @@ def test_ngram_signals_equal_a_direct_walk(tokens):
                 seen.add(gram)
                 idx += 1
         assert signals[f"gopher_rep_dup_{n}gram_char_frac"] == _div(repeated, len(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "Cited claim here.[12]",
+                "word[3]joined to it and more.",
+                "[edit] the section starts here.",
+                "Home",
+                "Please enable JavaScript now.",
+                "x" * 1001 + " long word line.",
+                "The set {1, 2} has two.",
+                "don't stop the e-mail at 3.14 ...",
+                "  spaced   line with … words  ",
+                "",
+            ]
+        ),
+        max_size=20,
+    ),
+    st.lists(st.sampled_from(["\n", "\r\n", "\x0b", "\x1c", "\u2028", "\x85"]), min_size=1, max_size=3),
+)
+def test_fineweb_newline_ratio_counts_the_tokens_of_the_c4_cleaned_text(lines, breaks):
+    # quality_signals derives the cleaned text's token count from the whole text's (no second tokenisation)
+    text = "".join(line + breaks[i % len(breaks)] for i, line in enumerate(lines))
+    cleaned = c4_clean_text(text)
+    expected = _div(cleaned.count("\n"), len(tokenize_words(cleaned)))
+    assert quality_signals(text)["fineweb_newline_ratio"] == expected
