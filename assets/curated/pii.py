@@ -216,6 +216,10 @@ _PHONE_POS_CONTEXT_RE = re.compile(
     r"[^\n\d]{0,12}$"
 )
 _PHONE_MAX_GROUPS = 7
+# The fewest digits `_phone_shape` accepts (the local 3 + 4; every other shape needs 8 or more): a candidate
+# with fewer (dates and figures: "2008 01") is passed over without splitting it into groups.
+_PHONE_MIN_DIGITS = 7
+_NOT_DIGITS = str.maketrans("", "", "+() .-/")  # what a candidate holds besides its digits
 
 
 def _phone_shape(groups: Sequence[str]) -> str | None:
@@ -267,6 +271,8 @@ def _find_phones(text: str) -> Iterator[PiiMatch]:
         return
     for m in _PHONE_CANDIDATE_RE.finditer(text):
         cand = m.group()
+        if len(cand.translate(_NOT_DIGITS)) < _PHONE_MIN_DIGITS:
+            continue
         toks = [(g.start(), g.end(), g.group()) for g in _PHONE_GROUP_RE.finditer(cand)]
         if not toks:
             continue

@@ -110,6 +110,7 @@ C4_POLICY_SUBSTRINGS = (
     "use of cookies",
     "use cookies",
 )
+_POLICY_SEARCH = re.compile("|".join(map(re.escape, C4_POLICY_SUBSTRINGS))).search  # one scan for all of them
 # The run of .!? comes first so the regex engine can skip ahead to it; the abbreviation checks look back
 # from its first character.
 _SENTENCE_BREAK = re.compile(
@@ -408,7 +409,7 @@ def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = Fals
             n_curly += 1
             n_curly_t += terminal
             removed.append(raw)
-        elif any(p in lower for p in C4_POLICY_SUBSTRINGS):
+        elif _POLICY_SEARCH(lower):
             n_policy += 1
             removed.append(raw)
         else:
