@@ -16,6 +16,9 @@ with the project's own store code (candidate, blocking checks, approval):
      view was published with (per document where one does not match), packing with
      labels / loss_mask / position_ids / segment_ids / cu_seqlens, audit spans), in process, with a prefetch
      thread, and with 2 DataLoader worker processes (aggregate / 2 = per worker);
+   - where ours spends its CPU (untimed pass, in process without read-ahead): thread CPU ns per token of the
+     row-group read, the arena, the gather, the packing, the tensors and audit spans, and the rest
+     (`cpu_breakdown_ns_per_token` in the JSON);
    - MosaicML streaming (`StreamingDataset`, local MDS shards of the same tokens cut into seq_len samples,
      shuffled, decoded to input_ids and labels), in its own venv `bench/out/venvs/mosaic-streaming` made here
      from PyPI (torch pinned to the local CPU wheel); when it does not install, the output says so.
@@ -300,6 +303,69 @@ def loader_round(
     if start_step:
         data.load_state_dict(make_state(data.plan, start_step))
     return time_batches(data, args.steps + warmup - 1, consumer_s_per_token, warmup)
+
+
+# where the in-process loader's CPU goes: (label, module, class or None, function), each timed exclusive of the
+# timed ones it calls
+BREAKDOWN = (
+    ("row-group read, decode, row-group sha256", "loader.view", "RowGroupSource", "row_group_entry"),
+    ("arena and per-document checks", "loader.view", "RowGroupSource", "locate"),
+    ("gather (stream tokens out of the arena)", "loader.dataset", None, "gather_stream"),
+    ("packing (five int64 arrays, cu_seqlens, pieces)", "loader.dataset", None, "pack_batch"),
+    ("tensors and audit spans", "loader.dataset", "BatchPlan", "_collate"),
+)
+
+
+def cpu_breakdown(home: Path, rv: str, args) -> dict:
+    """Thread CPU nanoseconds per token of each BREAKDOWN part (exclusive of the parts it calls) and the rest
+    ("other": loop, stream windows, metrics), the loader in process without read-ahead over `args.steps` steps
+    after its first batch. Untimed elsewhere: the timers wrap the functions for this pass only."""
+    import importlib
+
+    from loader import RunViewLoader
+
+    spent = dict.fromkeys([b[0] for b in BREAKDOWN], 0.0)
+    stack: list[list] = []  # [label, CPU seconds of the timed parts it called]
+    originals = []
+
+    def timed(label, fn):
+        def run(*a, **k):
+            stack.append([label, 0.0])
+            t0 = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                took = time.thread_time() - t0
+                _, inner = stack.pop()
+                spent[label] += took - inner
+                if stack:
+                    stack[-1][1] += took
+
+        return run
+
+    for label, module, cls, name in BREAKDOWN:
+        owner = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        originals.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    try:
+        data = RunViewLoader(open_view(home, rv), args.global_batch, seq_len=args.seq_len, prefetch=0)
+        it = iter(data)
+        next(it)
+        for k in spent:
+            spent[k] = 0.0
+        tokens, t0 = 0, time.thread_time()
+        for _ in range(args.steps - 1):
+            tokens += int(next(it)["input_ids"].numel())
+        total = time.thread_time() - t0
+        it.close()
+    finally:
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+    out = {label: sec / tokens * 1e9 for label, sec in spent.items()}
+    out["other"] = (total - sum(spent.values())) / tokens * 1e9
+    out["total"] = total / tokens * 1e9
+    return out
 
 
 # streaming/__init__ imports streaming.vision, which imports torchvision; PyPI's torchvision wheel is built for
@@ -605,6 +671,15 @@ def run_bench(work: Path, args) -> int:
         f"same {args.steps - 1} steps; 'start-up included': after the first batch only"
     )
 
+    breakdown = cpu_breakdown(homes["prod"], views["prod"], args)
+    print(
+        f"\nwhere the CPU goes, in process without read-ahead ({args.steps - 1} steps after the first batch, thread "
+        "CPU ns per token, each part exclusive of the others; memmap for the whole batch: "
+        f"{med(rows['memmap'], 'steady_cpu_ns_per_token'):.1f})\n| part | ns/token |\n|---|---:|"
+    )
+    for part, ns in breakdown.items():
+        print(f"| {part} | {ns:.1f} |")
+
     # 2. data-wait at 1M tokens/s/rank --------------------------------------------------------------------------
     spt = 1.0 / CONSUMER_TOKENS_PER_S
     world, gb = 8, args.global_batch * 8
@@ -694,6 +769,7 @@ def run_bench(work: Path, args) -> int:
             "cpu_ratio_vs_memmap": med(rows["memmap"], "steady_cpu_ns_per_token")
             / med(rows["ours"], "steady_cpu_ns_per_token"),
             "load_average_1m": os.getloadavg()[0],
+            "cpu_breakdown_ns_per_token": breakdown,
             "worker_tokens_per_s": med(rows["ours 2 workers"], key),
             "worker_ratio_vs_in_process": med(rows["ours 2 workers"], key) / med(rows["ours"], key),
             "worker_tokens_per_s_incl_startup": med(rows["ours 2 workers, start-up included"], key),

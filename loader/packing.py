@@ -222,19 +222,20 @@ class BlockPool:
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._blocks)
 
-    def take(self, shape: tuple[int, int]) -> np.ndarray:
-        """A free block of `shape` (int64), from the pool when one is unreferenced, else a new one."""
+    def take(self, shape: tuple[int, ...], dtype: type = np.int64) -> np.ndarray:
+        """A free block of `shape` and `dtype`, from the pool when one is unreferenced, else a new one."""
+        dtype = np.dtype(dtype)
         with self._lock:
             blocks = self._blocks
             for i in range(len(blocks)):
                 # 2 references: the pool's list and getrefcount's argument, i.e. no batch uses it any more
-                if blocks[i].shape == shape and sys.getrefcount(blocks[i]) == 2:
+                if blocks[i].shape == shape and blocks[i].dtype == dtype and sys.getrefcount(blocks[i]) == 2:
                     return blocks[i]
-            block = np.empty(shape, dtype=np.int64)
+            block = np.empty(shape, dtype=dtype)
             if len(blocks) < self.max_blocks and self.nbytes + block.nbytes <= self.max_bytes:
                 blocks.append(block)
             else:  # the oldest-made block of another shape (a changed batch size) makes room
-                stale = [i for i in range(len(blocks)) if blocks[i].shape != shape]
+                stale = [i for i in range(len(blocks)) if blocks[i].shape != shape or blocks[i].dtype != dtype]
                 if stale:
                     blocks[stale[0]] = block
             return block

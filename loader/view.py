@@ -63,6 +63,7 @@ from loader.errors import (
     UnsupportedLayout,
 )
 from loader.order import chunk_blocks
+from loader.packing import BlockPool
 from loader.storage import remember_footer
 
 BUNDLE_FORMAT = "tokenlake.run_view_bundle/1"
@@ -80,6 +81,12 @@ SAMPLE_COLUMNS = (
 log = logging.getLogger(__name__)
 # decoded row groups kept per process: three block windows (two when a batch straddles windows re-read some)
 DEFAULT_CACHED_ROW_GROUPS = 24
+# the memory of a replaced arena (`RowGroupSource.locate`), reused once no reader holds it: a new arena is copied
+# into pages already faulted in instead of fresh ones the kernel zeroes (measured on 2 cores: ~1.9 ns a token per
+# 3.7 MB arena with fresh pages, ~3 ns/token of the in-process loader's ~25); sizes round up to ARENA_ROUND tokens
+# so that the arenas of one view share buffers
+ARENA_POOL = BlockPool(max_blocks=4, max_bytes=64 << 20)
+ARENA_ROUND = 1 << 18
 
 
 class TokenSource(Protocol):
@@ -380,7 +387,11 @@ class RowGroupSource:
         starts = np.concatenate([e.row_starts[:-1] + b for e, b in zip(entries, bases, strict=True)])
         ends = np.concatenate([e.row_starts[1:] + b for e, b in zip(entries, bases, strict=True)])
         row_base = np.concatenate(([0], np.cumsum(n_rows)[:-1])).astype(np.int64)
-        tokens = np.concatenate([e.tokens for e in entries]) if entries else np.zeros(0, self.dtype)
+        tokens = np.zeros(0, self.dtype)
+        if entries:
+            total = int(sizes.sum())
+            tokens = ARENA_POOL.take((-(-total // ARENA_ROUND) * ARENA_ROUND,), self.dtype)[:total]
+            np.concatenate([e.tokens for e in entries], out=tokens)
         verified = np.concatenate([e.verified for e in entries])
         self._arena = (keys, tokens, starts, ends, row_base, verified, entries)
         return self._arena, np.searchsorted(keys, need)
