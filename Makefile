@@ -37,7 +37,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow -q
+	$(BIN)/python -m pytest -m slow -q --durations=15
 
 bench-ingest: $(STAMP)
 	$(BIN)/python bench/ingest.py
