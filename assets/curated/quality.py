@@ -359,15 +359,19 @@ class _C4Lines:
     removed: list[str]
     cut: list[tuple[str, str]]
 
+    @property
+    def text(self) -> str:
+        """The cleaned text, as datatrove's C4 filter emits it."""
+        return "\n".join(self.kept).strip()
+
     def n_tokens(self, text_tokens: int) -> int:
         """``TOKEN_RE`` tokens of the kept lines, from the text's: tokens never span white space, so never a line
         break ``splitlines`` cuts at, and stripping a line or joining lines with newlines leaves them alone."""
-        count = _count_tokens
+
+        def count(line: str) -> int:
+            return len(tokenize_words(line))
+
         return text_tokens - sum(map(count, self.removed)) - sum(count(a) - count(b) for a, b in self.cut)
-
-
-def _count_tokens(text: str) -> int:
-    return len(TOKEN_RE.findall(text))
 
 
 def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = False) -> _C4Lines:
@@ -444,7 +448,7 @@ def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = Fals
 
 def c4_clean_text(text: str, filter_no_terminal_punct: bool = False) -> str:
     """The text after C4's line removals (FineWeb's setting by default), as datatrove's C4 filter emits it."""
-    return "\n".join(_c4_lines(text, None, filter_no_terminal_punct).kept).strip()
+    return _c4_lines(text, None, filter_no_terminal_punct).text
 
 
 def _fineweb_signals(text: str, n_tokens: int, out: dict) -> None:
@@ -485,7 +489,7 @@ def quality_signals(text: str, words: WordRules | None = None) -> dict[str, floa
     _repetition_signals(text, tokens, out)
     _gopher_quality_signals(text, tokens, out)
     c4 = _c4_lines(text, out)
-    _fineweb_signals("\n".join(c4.kept).strip(), c4.n_tokens(len(tokens)), out)
+    _fineweb_signals(c4.text, c4.n_tokens(len(tokens)), out)
     return out
 
 
