@@ -15,7 +15,8 @@ with the project's own store code (candidate, blocking checks, approval):
    - ours: RunViewLoader over the "prod" view (block shuffle, sha256 of every row group against the digest the
      view was published with (per document where one does not match), packing with
      labels / loss_mask / position_ids / segment_ids / cu_seqlens, audit spans), in process, with a prefetch
-     thread, and with 2 DataLoader worker processes (aggregate / 2 = per worker);
+     thread, and with 2 DataLoader worker processes (aggregate / 2 = per worker, over `--worker-steps` steps
+     after each worker's first item: a worker hands over two block windows of steps at a time);
    - where ours spends its CPU (untimed pass, in process without read-ahead): thread CPU ns per token of the
      row-group read, the arena, the gather, the packing, the tensors and audit spans, and the rest
      (`cpu_breakdown_ns_per_token` in the JSON);
@@ -35,6 +36,7 @@ with the project's own store code (candidate, blocking checks, approval):
 Defaults take about 4-8 minutes on 2 cores (untimed setup 1.5-5 min; Mosaic's venv ~3 min, once).
 
     python bench/loader.py [--docs 40960] [--seq-len 2048] [--global-batch 8] [--steps 60] [--repeats 3]
+                           [--worker-steps 600]
                            [--skip-mosaic] [--mosaic-venv DIR]
 
 Exits 1 when a measurement fails (the sides disagree on tokens, the view has < 10,000 row groups, a child
@@ -271,6 +273,16 @@ def time_batches(batches, steps: int, consumer_s_per_token: float = 0.0, warmup:
     }
 
 
+def worker_first_items(home: Path, rv: str, args, start_step: int, num_workers: int = 2) -> int:
+    """Steps in the first item of each of `num_workers` DataLoader workers of a loader started at `start_step`."""
+    from loader import RunViewLoader
+    from loader.dataset import loader_chunks
+
+    plan = RunViewLoader(open_view(home, rv), args.global_batch, seq_len=args.seq_len).plan
+    chunks = loader_chunks(plan, start_step, None)
+    return sum(len(next(chunks)) for _ in range(num_workers))
+
+
 def loader_round(
     home: Path,
     rv: str,
@@ -284,6 +296,7 @@ def loader_round(
     start_step: int = 0,
     consumer_s_per_token: float = 0.0,
     warmup: int = 1,
+    steps: int | None = None,
 ) -> dict:
     """One timed pass of RunViewLoader over a freshly opened view (row-group cache cold, page cache warm): the
     steady rate over `args.steps` - 1 batches after the first `warmup`."""
@@ -302,7 +315,7 @@ def loader_round(
     )
     if start_step:
         data.load_state_dict(make_state(data.plan, start_step))
-    return time_batches(data, args.steps + warmup - 1, consumer_s_per_token, warmup)
+    return time_batches(data, (steps or args.steps) + warmup - 1, consumer_s_per_token, warmup)
 
 
 # where the in-process loader's CPU goes: (label, module, class or None, function), each timed exclusive of the
@@ -551,7 +564,6 @@ def run_bench(work: Path, args) -> int:
     from assets.tokenized.tokens import encode_documents, load_tokenizer
     from iceberg_catalog import CatalogConfig, open_catalog
     from loader import export_run_view
-    from loader.dataset import WORKER_CHUNK_STEPS  # steps a DataLoader worker hands over per item
 
     docs_per_segment = -(-args.docs // SEGMENTS)  # ceiling division
     planned = SEGMENTS * -(-docs_per_segment // WIDE_DOCS_PER_ROW_GROUP)
@@ -603,6 +615,7 @@ def run_bench(work: Path, args) -> int:
         )
     }
     time_batches(memmap_batches(flat, args.global_batch, args.seq_len, 2), 2)  # warm imports
+    worker_warmup: list[int] = []
     for r in range(args.repeats):
         start = r * args.steps * args.global_batch
         rows["memmap"].append(
@@ -614,7 +627,10 @@ def run_bench(work: Path, args) -> int:
         rows["ours+prefetch4"].append(
             loader_round(homes["prod"], views["prod"], args, prefetch=4, start_step=r * args.steps)
         )
-        # workers: steady after each worker's first item (their start-up: fork, epoch order, first row groups)
+        # workers: steady after each worker's first item (their start-up: fork, epoch order, first row groups), over
+        # whole items (a chunk is two block windows, ~116 steps here): `--worker-steps` steps
+        first_items = worker_first_items(homes["prod"], views["prod"], args, r * args.steps)
+        worker_warmup.append(first_items)
         w2 = loader_round(
             homes["prod"],
             views["prod"],
@@ -622,9 +638,18 @@ def run_bench(work: Path, args) -> int:
             num_workers=2,
             prefetch=None,
             start_step=r * args.steps,
-            warmup=2 * WORKER_CHUNK_STEPS,
+            warmup=first_items,
+            steps=args.worker_steps,
         )
-        w2s = loader_round(homes["prod"], views["prod"], args, num_workers=2, prefetch=None, start_step=r * args.steps)
+        w2s = loader_round(
+            homes["prod"],
+            views["prod"],
+            args,
+            num_workers=2,
+            prefetch=None,
+            start_step=r * args.steps,
+            steps=args.worker_steps,
+        )
         rows["ours 2 workers, start-up included"].append(
             {**w2s, "tokens_per_s": w2s["tokens_per_s"] / 2, "steady_tokens_per_s": w2s["steady_tokens_per_s"] / 2}
         )
@@ -667,8 +692,9 @@ def run_bench(work: Path, args) -> int:
     print(
         "ours = RunViewLoader as configured by default (prefetch 8: one read-ahead thread), in process; "
         "ours 2 workers = aggregate tokens/s of DataLoader(num_workers=2) / 2 on this 2-core machine, after "
-        f"each worker's first item ({2 * WORKER_CHUNK_STEPS} steps: fork, epoch order, first row groups), over the "
-        f"same {args.steps - 1} steps; 'start-up included': after the first batch only"
+        f"each worker's first item (median {statistics.median(worker_warmup):.0f} steps: fork, epoch order, its "
+        f"first block windows), over the next {args.worker_steps} steps (several items: a worker hands over two "
+        "block windows at a time); 'start-up included': after the first batch only"
     )
 
     breakdown = cpu_breakdown(homes["prod"], views["prod"], args)
@@ -773,7 +799,8 @@ def run_bench(work: Path, args) -> int:
             "worker_tokens_per_s": med(rows["ours 2 workers"], key),
             "worker_ratio_vs_in_process": med(rows["ours 2 workers"], key) / med(rows["ours"], key),
             "worker_tokens_per_s_incl_startup": med(rows["ours 2 workers, start-up included"], key),
-            "worker_warmup_steps": 2 * WORKER_CHUNK_STEPS,
+            "worker_warmup_steps": statistics.median(worker_warmup),
+            "worker_steps": args.worker_steps,
             "prefetch4_tokens_per_s": med(rows["ours+prefetch4"], key),
             "tokens_per_s_no_prefetch": med(rows["ours, no prefetch"], key),
             "ratio_vs_memmap_no_prefetch": med(rows["ours, no prefetch"], key) / base,
@@ -823,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--worker-steps", type=int, default=600, help="steps timed with DataLoader workers")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-mosaic", action="store_true")
     p.add_argument("--min-row-groups", type=int, default=MIN_ROW_GROUPS, help="fail below this (smoke runs: 0)")

@@ -59,7 +59,7 @@ from loader.errors import (
     TokenizerMismatch,
 )
 from loader.metrics import LoaderMetrics
-from loader.order import ORDER_VERSION, Schedule, epoch_order, rank_slice, worker_steps
+from loader.order import ORDER_VERSION, Schedule, epoch_windows, rank_slice, worker_steps
 from loader.packing import (
     BlockPool,
     PackedBatch,
@@ -75,8 +75,13 @@ STATE_FORMAT = "tokenlake.loader_state"
 STATE_VERSION = 1
 DEFAULT_PREFETCH = 8  # batches read ahead (40 bytes a token each): covers a block window's decode burst (8 row groups)
 _EPOCHS_CACHED = 2
-# DataLoader workers hand over this many consecutive steps per item (compact: ~2 bytes a token, 260 KB at 8 x 2048)
+# A DataLoader worker hands over a chunk of consecutive steps per item (compact: ~2 bytes a token): the steps of
+# WORKER_CHUNK_WINDOWS whole block windows (`BatchPlan.worker_chunks`; a step that straddles two windows reads
+# both, so one window per chunk would still have every worker decode most row groups), at least
+# WORKER_CHUNK_STEPS steps (260 KB at 8 x 2048) and at most WORKER_CHUNK_TOKENS of this rank's tokens (8 MB)
 WORKER_CHUNK_STEPS = 8
+WORKER_CHUNK_TOKENS = 1 << 22
+WORKER_CHUNK_WINDOWS = 2
 # in process (world size 1), consecutive steps read, verified and packed by one vectorised pass (amortises its
 # fixed cost): at most RUN_STEPS steps and RUN_TOKENS tokens (~5 MB of tensors), so big batches go one at a time
 RUN_STEPS = 8
@@ -121,7 +126,7 @@ class BatchPlan:
         self.schedule = Schedule(
             view.tokens_per_epoch, self.seq_len, int(global_batch_size), view.epochs if epochs == "manifest" else epochs
         )
-        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._doc_ids = np.asarray(view.doc_ids, dtype=object)
         self._pool = BLOCK_POOL  # packed blocks reused once the batches made from them are dropped
 
@@ -147,14 +152,44 @@ class BatchPlan:
 
     def epoch_layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(sample indices in serving order, stream offsets of those samples) for `epoch` (cached)."""
+        return self._epoch(epoch)[:2]
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order, stream offsets, the steps of the epoch where a block window begins), cached."""
         if epoch in self._epochs:
             return self._epochs[epoch]
-        order = epoch_order(self.view.block_ids, self.view.manifest_sha256, self.seed, epoch)
-        layout = (order, stream_offsets(self.view.n_tokens[order]))
+        order, window_starts = epoch_windows(self.view.block_ids, self.view.manifest_sha256, self.seed, epoch)
+        offsets = stream_offsets(self.view.n_tokens[order])
+        step_tokens = self.schedule.global_batch_size * self.seq_len
+        window_steps = np.unique(offsets[window_starts] // step_tokens)
+        layout = (order, offsets, window_steps)
         self._epochs[epoch] = layout
         while len(self._epochs) > _EPOCHS_CACHED:
             self._epochs.popitem(last=False)
         return layout
+
+    def worker_chunks(
+        self, start: int, stop: int | None, min_steps: int, max_steps: int, windows: int = 1
+    ) -> Iterator[range]:
+        """Consecutive runs of global steps from `start` (before `stop`) that DataLoader workers take in turn.
+        A run ends where a block window begins (a worker then reads the row groups of its own windows; with
+        fixed-size runs every worker decoded every row group of every window), once it is at least `min_steps`
+        long (small windows are merged), after at most `max_steps`, and at the end of an epoch. A pure function
+        of the plan, so every worker cuts the same runs."""
+        spe = self.schedule.steps_per_epoch
+        end = stop if stop is not None else 2**62
+        k = int(start)
+        while k < end:
+            epoch = k // spe
+            base = epoch * spe
+            cuts = base + self._epoch(epoch)[2]
+            i = max(
+                int(np.searchsorted(cuts, k, side="right")) + windows - 1, int(np.searchsorted(cuts, k + min_steps))
+            )
+            cut = int(cuts[i]) if i < len(cuts) else base + spe
+            nxt = min(cut, k + max_steps, base + spe, end)
+            yield range(k, nxt)
+            k = nxt
 
     def spans(
         self, step: int, rank: int = 0, world_size: int = 1
@@ -392,6 +427,21 @@ def check_state(plan: BatchPlan, state: Mapping) -> int:
 # --- torch ------------------------------------------------------------------------------------------------
 
 
+def loader_chunks(
+    plan: BatchPlan, start: int, stop: int | None, world_size: int = 1, min_steps: int = WORKER_CHUNK_STEPS
+) -> Iterator[range]:
+    """The chunks of global steps a RunViewLoader's DataLoader workers take in turn from `start` (chunk c goes to
+    worker c mod num_workers)."""
+    per_step = plan.global_batch_size // world_size * plan.seq_len
+    max_steps = max(min_steps, WORKER_CHUNK_TOKENS // per_step)
+    return plan.worker_chunks(start, stop, min_steps, max_steps, WORKER_CHUNK_WINDOWS)
+
+
+def _run_limit(plan: BatchPlan) -> int:
+    """Steps one vectorised read and packing pass takes at most (RUN_STEPS, RUN_TOKENS; world size 1)."""
+    return max(1, min(RUN_STEPS, RUN_TOKENS // (plan.global_batch_size * plan.seq_len)))
+
+
 def keep_batch(batch: dict[str, Any]) -> dict[str, Any]:
     """DataLoader collate_fn for RunViewDataset: batches are already collated (the default one would turn the
     audit tuples into lists)."""
@@ -521,15 +571,15 @@ class RunViewDataset(IterableDataset):
             yield k
 
     def _chunks(self) -> Iterator[list[int]]:
-        """This DataLoader worker's chunks: runs of `chunk` consecutive global steps from the cursor, chunk c
-        going to worker c mod n (the round-robin order the DataLoader collects items in, so the chunks arrive
-        in global order; one item per chunk cuts the per-item cost of the worker queue by `chunk`)."""
+        """This DataLoader worker's chunks: the runs of consecutive global steps from the cursor that
+        `BatchPlan.worker_chunks` cuts (whole block windows, at least `chunk` steps), chunk c going to worker
+        c mod n (the round-robin order the DataLoader collects items in, so the chunks arrive in global order;
+        one item per chunk cuts the per-item cost of the worker queue)."""
         info = get_worker_info()
         n, wid = (info.num_workers, info.id) if info is not None else (1, 0)
-        stop = self.stop_step if self.stop_step is not None else 2**62
-        first = self._cursor + wid * self.chunk
-        for a in range(first, stop, n * self.chunk):
-            yield list(range(a, min(a + self.chunk, stop)))
+        for c, steps in enumerate(loader_chunks(self.plan, self._cursor, self.stop_step, self.world_size, self.chunk)):
+            if c % n == wid:
+                yield list(steps)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # RunViewLoader sets `compact` for its DataLoader workers: they read and verify, the main process
@@ -562,8 +612,7 @@ class RunViewDataset(IterableDataset):
         stop = self.stop_step
         try:
             k = self._cursor
-            per_step = self.plan.global_batch_size * self.plan.seq_len
-            limit = max(1, min(RUN_STEPS, RUN_TOKENS // per_step))
+            limit = _run_limit(self.plan)
             while stop is None or k < stop:
                 n = self.plan.run_length(k, self.world_size, limit, stop)
                 if readahead is not None:
@@ -584,12 +633,13 @@ class RunViewDataset(IterableDataset):
         """Inside a DataLoader worker: {"chunk": [compact batches of this worker's next chunk], "reader", "worker"}."""
         readahead = self._readahead(chunked=True)
         wid = get_worker_info().id
+        limit = _run_limit(self.plan)
         try:
             for steps in self._chunks():
                 out = []
                 k = steps[0]
                 while k <= steps[-1]:
-                    n = self.plan.run_length(k, self.world_size, steps[-1] + 1 - k)
+                    n = self.plan.run_length(k, self.world_size, min(limit, steps[-1] + 1 - k))
                     if readahead is not None:
                         readahead.advance(k)
                     out.append(self.plan.read(k, self.rank, self.world_size, n))

@@ -65,11 +65,18 @@ def epoch_order(
     block_ids: np.ndarray, manifest_sha256: str, seed: int, epoch: int, blocks_per_window: int = BLOCKS_PER_WINDOW
 ) -> np.ndarray:
     """Sample indices (positions in sample_index order) in the order epoch `epoch` serves them."""
+    return epoch_windows(block_ids, manifest_sha256, seed, epoch, blocks_per_window)[0]
+
+
+def epoch_windows(
+    block_ids: np.ndarray, manifest_sha256: str, seed: int, epoch: int, blocks_per_window: int = BLOCKS_PER_WINDOW
+) -> tuple[np.ndarray, np.ndarray]:
+    """(`epoch_order`, the positions in that order where a new window of blocks begins, 0 first)."""
     block_ids = np.asarray(block_ids, dtype=np.int64)
     if blocks_per_window < 1:
         raise ValueError(f"blocks_per_window must be >= 1, got {blocks_per_window}")
     if len(block_ids) == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     blocks, inverse = np.unique(block_ids, return_inverse=True)
     block_rank = np.empty(len(blocks), dtype=np.int64)
     perm = np.argsort(keyed_hash(blocks, epoch_key(manifest_sha256, seed, epoch, "blocks")), kind="stable")
@@ -77,7 +84,9 @@ def epoch_order(
     window = block_rank[inverse] // blocks_per_window
     sample_keys = keyed_hash(np.arange(len(block_ids)), epoch_key(manifest_sha256, seed, epoch, "samples"))
     # lexsort: last key is primary. Ties (64-bit collisions) fall back to index order, still deterministic.
-    return np.lexsort((sample_keys, window)).astype(np.int64)
+    order = np.lexsort((sample_keys, window)).astype(np.int64)
+    served = window[order]  # non-decreasing
+    return order, np.flatnonzero(np.concatenate(([True], served[1:] != served[:-1])))
 
 
 def chunk_blocks(n_samples: int, block_size: int, repetition: np.ndarray | None = None) -> np.ndarray:
