@@ -210,10 +210,13 @@ def _decode_html(payload: bytes, content_type: str | None) -> tuple[str | None, 
 # ---------------------------------------------------------------------------------------------------
 # Normalisation
 
-_LINE_BREAKS_RE = re.compile("\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+# One character class first (then "\r\n" as a whole): re scans for a leading class much faster than for an
+# alternation (~2x on extracted pages); same matches as "\r\n|[\r\x0b\x0c\x85\u2028\u2029]".
+_LINE_BREAKS_RE = re.compile("[\r\x0b\x0c\x85\u2028\u2029](?:(?<=\r)\n)?")
 # Runs of horizontal white space that are not already one plain space (replacing those too gives the same text,
-# at the cost of one regex match per word).
-_HSPACE_RE = re.compile(r"[^\S\n]{2,}|[^\S\n ]")
+# at the cost of one regex match per word): a run of two or more, or one character that is not a space. Written
+# with one leading class (the same matches as r"[^\S\n]{2,}|[^\S\n ]"), which re scans ~2x faster.
+_HSPACE_RE = re.compile(r"[^\S\n](?:[^\S\n]+|(?<! ))")
 _BLANK_LINES_RE = re.compile(r"\n{3,}")
 
 

@@ -61,17 +61,19 @@ class PerplexityScorer:
 
     def score(self, text: str) -> DocPerplexity:
         """Perplexity of `text`: 10 ** -(sum of log10 p over words and </s>) / (n_words + n_sentences)."""
-        sentences = lm_tokenize(text)
-        n_words = sum(len(words) for words in sentences)
-        if not sentences:
+        score = self.model.score
+        n_words, scores = 0, []
+        for words in lm_tokenize(text):  # one pass: no second walk over the sentences to count their words
+            n_words += len(words)
+            scores.append(score(" ".join(words), bos=True, eos=True))
+        if not scores:
             return DocPerplexity(log10_prob_per_word=None, perplexity=None, n_words=0, n_sentences=0)
-        log10_prob = math.fsum(self.model.score(" ".join(words), bos=True, eos=True) for words in sentences)
-        per_word = log10_prob / (n_words + len(sentences))
+        per_word = math.fsum(scores) / (n_words + len(scores))
         return DocPerplexity(
             log10_prob_per_word=per_word,
             perplexity=10.0**-per_word,
             n_words=n_words,
-            n_sentences=len(sentences),
+            n_sentences=len(scores),
         )
 
 

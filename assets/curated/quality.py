@@ -86,7 +86,10 @@ __all__ = [
 
 # Word runs keep inner apostrophes, periods and hyphens ("o'clock", "3.14", "e-mail"); an ellipsis written
 # as dots stays one token (as in NLTK) so "..." does not count three times as a symbol.
-TOKEN_RE = re.compile(r"\w+(?:['’.\-]\w+)*|\.{2,}|[^\w\s]")
+# The tokens of r"\w+(?:['’.\-]\w+)*|\.{2,}|[^\w\s]", written as one leading \S (every token starts with one)
+# then what follows it: re skips white space with a fast class scan instead of trying three alternatives at
+# every position (~20% less CPU on extracted pages, the same tokens).
+TOKEN_RE = re.compile(r"\S(?:(?<=\w)\w*(?:['’.\-]\w+)*|(?<=\.)\.+|)")
 _IS_WORD = re.compile(r"\w").match  # a token is a word iff it starts with a word character
 _HAS_ALPHA = re.compile(r"[^\W\d_]").search
 
@@ -298,32 +301,40 @@ def _ngram_stats(tokens: list[str]) -> _NgramStats:
 
     Exact, no hashing: each n-gram gets a dense integer id from its (n-1)-gram's id and its last token's id
     (numpy's unique over the pairs), so equal ids mean equal token sequences. A repeated n-gram starts with a
-    repeated (n-1)-gram, so from the first DUP size on only those positions are looked at."""
+    repeated (n-1)-gram, so from n = 3 on only the positions of repeated (n-1)-grams are looked at: every
+    occurrence of a repeated n-gram is among them (its count there is exact), and any other n-gram occurs once.
+    (Looking at every position up to n = 4, as before, sorted ~25% more keys for the same result.)"""
     n_tokens = len(tokens)
     index: dict[str, int] = {}
     ids = np.fromiter(map(index.setdefault, tokens, count()), dtype=np.int64, count=n_tokens)
     top: dict[int, tuple[int, int]] = {}
     repeated: dict[int, tuple[list[int], list[int]]] = {}
-    positions = np.arange(n_tokens)  # the positions still looked at
+    positions = np.arange(n_tokens)  # the positions still looked at: those of repeated (n-1)-grams
     gram_ids = ids  # there, the id of the (n-1)-gram
     for n in range(2, max(DUP_NGRAM_SIZES) + 1):
-        keep = positions < n_tokens - n + 1  # an n-gram starts there
+        n_grams = max(n_tokens - n + 1, 0)
+        keep = positions < n_grams  # an n-gram starts there
         positions, gram_ids = positions[keep], gram_ids[keep]
-        if not len(positions):
-            top[n], repeated[n] = (0, 0), ([], [])
-            continue
-        # every id is < n_tokens, so the pair key is exact in 64 bits for any text that fits in memory
-        _, gram_ids, counts = np.unique(
-            gram_ids * n_tokens + ids[positions + n - 1], return_inverse=True, return_counts=True
-        )
-        gram_ids = gram_ids.reshape(-1)
-        per_position = counts[gram_ids]
-        if n in TOP_NGRAM_SIZES:
+        best = 0
+        if len(positions):
+            # every id is < n_tokens, so the pair key is exact in 64 bits for any text that fits in memory
+            _, gram_ids, counts = np.unique(
+                gram_ids * n_tokens + ids[positions + n - 1], return_inverse=True, return_counts=True
+            )
+            gram_ids = gram_ids.reshape(-1)
+            per_position = counts[gram_ids]
             best = int(counts.max())
-            top[n] = (best, int(positions[np.argmax(per_position == best)]))
-        if n >= min(DUP_NGRAM_SIZES):
             keep = per_position > 1
+        if n in TOP_NGRAM_SIZES:
+            if best > 1:  # its first occurrence is among the positions looked at (they are in text order)
+                top[n] = (best, int(positions[np.argmax(per_position == best)]))
+            else:  # every n-gram occurs once: the first one, at 0 (none at all: (0, 0))
+                top[n] = (1, 0) if n_grams else (0, 0)
+        if best > 1:
             positions, gram_ids = positions[keep], gram_ids[keep]
+        else:
+            positions, gram_ids = positions[:0], gram_ids[:0]
+        if n >= min(DUP_NGRAM_SIZES):
             repeated[n] = (positions.tolist(), gram_ids.tolist())
     return _NgramStats(top, repeated)
 
