@@ -21,8 +21,8 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 from pyiceberg.expressions import EqualTo, In
 
@@ -34,6 +34,9 @@ from assets.governance import policies
 from assets.governance.policies import Policy, canonical_json, sha256_hex
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_PROPOSALS, TOKENIZED_DOCUMENTS
+
+if TYPE_CHECKING:  # polars (~0.2 s) is imported where a dry run or a check runs, not by every process
+    import polars as pl
 
 REPORT = "report"
 STATUSES = ("proposed", "approved", "rejected", "applied", "rolled_back")
@@ -422,6 +425,8 @@ def deletion_requests(row: Mapping) -> list[str]:
 def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> dict:
     """After re-materialisation: the documents whose decision actually changed between the dry-run's pinned
     snapshot and now, against the prediction (doc ids); recorded in `applied_json`."""
+    import polars as pl
+
     row = require(lakehouse, proposal_id)
     if row["status"] != "applied":
         raise NotApproved(f"proposal {proposal_id} is {row['status']}: only an applied proposal is verified")
@@ -506,6 +511,8 @@ def _verify_deletion(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dic
 
 
 def _flips(frame: pl.DataFrame, before: str, after: str) -> dict[str, list[str]]:
+    import polars as pl
+
     to_kept = frame.filter(pl.col(after).fill_null(False) & ~pl.col(before).fill_null(False))
     to_dropped = frame.filter(pl.col(before).fill_null(False) & ~pl.col(after).fill_null(False))
     return {"to_kept": sorted(to_kept["doc_id"].to_list()), "to_dropped": sorted(to_dropped["doc_id"].to_list())}
@@ -524,6 +531,8 @@ _OPS = {
 def quality_expr(t: QualityThresholds) -> pl.Expr:
     """`quality_decision`'s rules in order under thresholds `t`, over the stored signal columns; null = kept.
     A null signal never drops (the pipeline stores every signal of such a document)."""
+    import polars as pl
+
     chain = None
     for reason, signal, op, field in QUALITY_RULES:
         limit = getattr(t, field)
@@ -543,6 +552,8 @@ def decision_expr(policy: Mapping, languages: Sequence[str | None] = ()) -> pl.E
     expression over the stored signal columns: language first, then the quality rules under the thresholds
     of the document's language (`rules_for`: per-language rules for `languages`, the policy's own for the
     rest); null = kept."""
+    import polars as pl
+
     t = policies.quality_thresholds(policy)
     quality = quality_expr(t)
     for lang in sorted({x for x in languages if x}):
@@ -559,6 +570,8 @@ def decision_expr(policy: Mapping, languages: Sequence[str | None] = ()) -> pl.E
 def predicted(frame: pl.LazyFrame, policy: Mapping, name: str) -> pl.LazyFrame:
     """`frame` with column `name`: the decision under `policy` where the thresholds decide (the document has a
     language score), the stored decision elsewhere (HTTP status, extraction, empty text)."""
+    import polars as pl
+
     governed = pl.col("language_score").is_not_null()
     languages = frame.select(pl.col("language").unique()).collect()["language"].to_list()
     decision = decision_expr(policy, languages)
@@ -576,6 +589,8 @@ def dry_run(lakehouse: Lakehouse, kind: str, old: Mapping, new: Mapping) -> dict
 
 def _batch_changes(batch: pa.RecordBatch, old: Mapping, new: Mapping) -> tuple[pl.DataFrame, dict, set[str]]:
     """One record batch: its rows whose decision changes (with the new decision), its counts, its partitions."""
+    import polars as pl
+
     frame = predicted(predicted(pl.from_arrow(batch).lazy(), old, "decision_old"), new, "decision_new")
     frame = frame.with_columns(
         pl.col("decision_new").is_null().alias("kept_new"),
@@ -598,6 +613,8 @@ def dry_run_thresholds(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict
     and domain class, words and characters, tokenizer tokens of the documents that would be dropped
     (tokenized.documents at its current snapshot), and the partitions to re-materialise: those with a changed
     decision, or every partition when a perplexity percentile changes (buckets are not predicted)."""
+    import polars as pl
+
     pinned = lakehouse.snapshot_ids([CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS])
     reader = lakehouse.batches_at(CURATED_DOCUMENTS, pinned[CURATED_DOCUMENTS.identifier], DRY_RUN_COLUMNS)
     empty = pa.RecordBatch.from_pylist([], schema=reader.schema)
@@ -632,6 +649,8 @@ def dry_run_thresholds(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict
 
 def _flip_counts(changed: pl.DataFrame, column: str) -> list[dict]:
     """Per value of `column`: documents that would become kept and dropped, most first."""
+    import polars as pl
+
     grouped = (
         changed.lazy()
         .group_by(pl.col(column).fill_null("(none)").alias("value"))
@@ -649,6 +668,8 @@ def _flip_counts(changed: pl.DataFrame, column: str) -> list[dict]:
 def _volume(lakehouse: Lakehouse, changed: pl.DataFrame, tokenized_snapshot: int | None) -> dict:
     """Characters and words each way; tokenizer tokens of documents that would be dropped (those that become
     kept are not tokenized yet)."""
+    import polars as pl
+
     out = {}
     for direction, mask in (
         ("to_kept", pl.col("kept_new") & ~pl.col("kept")),
@@ -736,6 +757,8 @@ def samples(
 def funnel_drift(lakehouse: Lakehouse, margin: float) -> dict:
     """Documents per decision as shares of each crawl, newest crawl (latest collection time) against the one
     before: the reasons whose share moved by more than `margin`."""
+    import polars as pl
+
     pinned = lakehouse.snapshot_id(CURATED_DOCUMENTS)
     docs = pl.from_arrow(lakehouse.scan_at(CURATED_DOCUMENTS, pinned, ("crawl", "decision", "warc_date"))).lazy()
     order = (docs.group_by("crawl").agg(pl.col("warc_date").max().alias("latest")).sort(["latest", "crawl"]).collect())[
