@@ -36,7 +36,7 @@ with the project's own store code (candidate, blocking checks, approval):
 Defaults take about 4-8 minutes on 2 cores (untimed setup 1.5-5 min; Mosaic's venv ~3 min, once).
 
     python bench/loader.py [--docs 40960] [--seq-len 2048] [--global-batch 8] [--steps 60] [--repeats 3]
-                           [--worker-steps 600]
+                           [--worker-steps 4000]
                            [--skip-mosaic] [--mosaic-venv DIR]
 
 Exits 1 when a measurement fails (the sides disagree on tokens, the view has < 10,000 row groups, a child
@@ -850,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--worker-steps", type=int, default=600, help="steps timed with DataLoader workers")
+    p.add_argument("--worker-steps", type=int, default=4000, help="steps timed with DataLoader workers")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-mosaic", action="store_true")
     p.add_argument("--min-row-groups", type=int, default=MIN_ROW_GROUPS, help="fail below this (smoke runs: 0)")
