@@ -631,31 +631,20 @@ def run_bench(work: Path, args) -> int:
         # whole items (a chunk is two block windows, ~116 steps here): `--worker-steps` steps
         first_items = worker_first_items(homes["prod"], views["prod"], args, r * args.steps)
         worker_warmup.append(first_items)
-        w2 = loader_round(
-            homes["prod"],
-            views["prod"],
-            args,
-            num_workers=2,
-            prefetch=None,
-            start_step=r * args.steps,
-            warmup=first_items,
-            steps=args.worker_steps,
-        )
-        w2s = loader_round(
-            homes["prod"],
-            views["prod"],
-            args,
-            num_workers=2,
-            prefetch=None,
-            start_step=r * args.steps,
-            steps=args.worker_steps,
-        )
-        rows["ours 2 workers, start-up included"].append(
-            {**w2s, "tokens_per_s": w2s["tokens_per_s"] / 2, "steady_tokens_per_s": w2s["steady_tokens_per_s"] / 2}
-        )
-        rows["ours 2 workers"].append(
-            {**w2, "tokens_per_s": w2["tokens_per_s"] / 2, "steady_tokens_per_s": w2["steady_tokens_per_s"] / 2}
-        )
+        for name, warmup in (("ours 2 workers", first_items), ("ours 2 workers, start-up included", 1)):
+            w = loader_round(
+                homes["prod"],
+                views["prod"],
+                args,
+                num_workers=2,
+                prefetch=None,
+                start_step=r * args.steps,
+                warmup=warmup,
+                steps=args.worker_steps,
+            )
+            rows[name].append(
+                {**w, "tokens_per_s": w["tokens_per_s"] / 2, "steady_tokens_per_s": w["steady_tokens_per_s"] / 2}
+            )
         rows["ours, 4 docs/row group view"].append(
             loader_round(homes["wide"], views["wide"], args, start_step=r * args.steps)
         )
