@@ -273,12 +273,10 @@ def time_batches(batches, steps: int, consumer_s_per_token: float = 0.0, warmup:
     }
 
 
-def worker_first_items(home: Path, rv: str, args, start_step: int, num_workers: int = 2) -> int:
+def worker_first_items(plan, start_step: int, num_workers: int = 2) -> int:
     """Steps in the first item of each of `num_workers` DataLoader workers of a loader started at `start_step`."""
-    from loader import RunViewLoader
     from loader.dataset import loader_chunks
 
-    plan = RunViewLoader(open_view(home, rv), args.global_batch, seq_len=args.seq_len).plan
     chunks = loader_chunks(plan, start_step, None)
     return sum(len(next(chunks)) for _ in range(num_workers))
 
@@ -299,7 +297,7 @@ def loader_round(
     steps: int | None = None,
 ) -> dict:
     """One timed pass of RunViewLoader over a freshly opened view (row-group cache cold, page cache warm): the
-    steady rate over `args.steps` - 1 batches after the first `warmup`."""
+    steady rate over `steps` (default `args.steps`) - 1 batches after the first `warmup`."""
     from loader import RunViewLoader, make_state
 
     view = open_view(home, rv)
@@ -563,7 +561,7 @@ def med(rounds: list[dict], key: str) -> float:
 def run_bench(work: Path, args) -> int:
     from assets.tokenized.tokens import encode_documents, load_tokenizer
     from iceberg_catalog import CatalogConfig, open_catalog
-    from loader import export_run_view
+    from loader import RunViewLoader, export_run_view
 
     docs_per_segment = -(-args.docs // SEGMENTS)  # ceiling division
     planned = SEGMENTS * -(-docs_per_segment // WIDE_DOCS_PER_ROW_GROUP)
@@ -616,6 +614,7 @@ def run_bench(work: Path, args) -> int:
     }
     time_batches(memmap_batches(flat, args.global_batch, args.seq_len, 2), 2)  # warm imports
     worker_warmup: list[int] = []
+    prod_plan = RunViewLoader(prod, args.global_batch, seq_len=args.seq_len).plan  # how the workers cut items
     for r in range(args.repeats):
         start = r * args.steps * args.global_batch
         rows["memmap"].append(
@@ -629,7 +628,7 @@ def run_bench(work: Path, args) -> int:
         )
         # workers: steady after each worker's first item (their start-up: fork, epoch order, first row groups), over
         # whole items (a chunk is two block windows, ~116 steps here): `--worker-steps` steps
-        first_items = worker_first_items(homes["prod"], views["prod"], args, r * args.steps)
+        first_items = worker_first_items(prod_plan, r * args.steps)
         worker_warmup.append(first_items)
         for name, warmup in (("ours 2 workers", first_items), ("ours 2 workers, start-up included", 1)):
             w = loader_round(
