@@ -27,8 +27,10 @@ with the project's own store code (candidate, blocking checks, approval):
    with a consumer that "computes" at 1M tokens/s (sleeps tokens/1e6 s per step): fraction of wall time in
    `next()`, without and with prefetch, against the memmap with the same consumer.
 3. Time to first batch on the "wide" view (>= 10,000 row groups), fresh process each, median of `--repeats`:
-   import, open (catalog: manifest, samples at the tag, the layout published with the view; views without
-   one read the doc_id column of every row group), loader, first batch; also
+   import, open (`open_run_view(id)` as training code calls it: the configured catalog, here the embedded one
+   under TOKENLAKE_HOME; manifest, samples at the tag, the layout published with the view; views without
+   one read the doc_id column of every row group), loader, first batch; which of pandas, sqlalchemy and
+   pyarrow.dataset the child imported on the way (`first_batch_heavy_imports`: none is needed); also
    from an exported bundle; baseline: reading just the Parquet footers of the token files (pyarrow).
 4. `state_dict()`: microseconds per call (and `load_state_dict` + first batch at step 10^6) as a share of the
    loader's own step time and of the 1M tokens/s step.
@@ -481,21 +483,21 @@ def child_ttfb(args) -> None:
     import torch  # noqa: F401 - timed alone: the floor of any loader that hands out torch tensors
 
     t_torch = time.perf_counter()
-    import pyarrow.parquet as pq
-
-    from iceberg_catalog import CatalogConfig, open_catalog
     from loader import RunViewLoader, open_run_view
 
     t_import = time.perf_counter()
     if args.bundle:
         view = open_run_view(bundle=args.bundle)
-    else:
-        view = open_run_view(args.run_view, catalog=open_catalog(CatalogConfig.embedded(args.home), create=False))
+    else:  # as training code opens it: the configured catalog (here the embedded one under TOKENLAKE_HOME)
+        view = open_run_view(args.run_view)
     t_open = time.perf_counter()
     data = RunViewLoader(view, args.global_batch * 8, rank=7, world_size=8, seq_len=args.seq_len)
     t_init = time.perf_counter()
     batch = next(iter(data))
     t_first = time.perf_counter()
+    heavy = sorted(m for m in ("pandas", "sqlalchemy", "pyarrow.dataset") if m in sys.modules)
+    import pyarrow.parquet as pq
+
     files = list(view.source.files)
     f0 = time.perf_counter()
     row_groups = sum(pq.read_metadata(f.removeprefix("file://")).num_row_groups for f in files)
@@ -515,6 +517,7 @@ def child_ttfb(args) -> None:
                 "files": len(files),
                 "samples": view.n_samples,
                 "tokens": int(batch["input_ids"].numel()),
+                "heavy_imports": heavy,
             }
         )
     )
@@ -537,8 +540,9 @@ def ttfb_rounds(home: Path, rv: str, bundle: Path | None, args, layout_cache: Pa
     ]
     if bundle is not None:
         cmd += ["--bundle", str(bundle)]
-    env = {k: v for k, v in os.environ.items() if k != "TOKENLAKE_LAYOUT_CACHE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TOKENLAKE_LAYOUT_CACHE", "TOKENLAKE_CATALOG")}
     env["PYTHONPATH"] = str(ROOT)
+    env["TOKENLAKE_HOME"] = str(home)
     if layout_cache is not None:  # the node-local layout cache, filled by one untimed run first
         env["TOKENLAKE_LAYOUT_CACHE"] = str(layout_cache)
     out = []
@@ -747,6 +751,8 @@ def run_bench(work: Path, args) -> int:
         )
     print(f"baseline: pyarrow reads the footers of the {cat[0]['files']} token files in {floor:.3f} s")
     print(f"of the import time, `import torch` alone: {med(cat, 'import_torch_s'):.2f} s (catalog, median)")
+    heavy = sorted({m for r in cat for m in r["heavy_imports"]})
+    print(f"imported by the first batch from the catalog among pandas, sqlalchemy, pyarrow.dataset: {heavy or 'none'}")
 
     # 4. state_dict cost ----------------------------------------------------------------------------------------------
     from loader import RunViewLoader, make_state
@@ -799,6 +805,7 @@ def run_bench(work: Path, args) -> int:
             "first_batch_after_import_s": med(cat, "after_import_s"),
             "first_batch_import_s": med(cat, "import_s"),
             "first_batch_import_torch_s": med(cat, "import_torch_s"),
+            "first_batch_heavy_imports": sorted({m for r in cat for m in r["heavy_imports"]}),
             "first_batch_bundle_s": med(bun, "total_s"),
             "first_batch_layout_cached_s": med(warm, "total_s"),
             "first_batch_layout_cached_after_import_s": med(warm, "after_import_s"),

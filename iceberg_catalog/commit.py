@@ -27,13 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
 from pyiceberg.io import FileIO, load_file_io
-from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 
 from iceberg_catalog.credentials import portable, restored, same_warehouse
@@ -285,6 +283,8 @@ class FileWriter:
                 f"batch for {self.identifier} does not match its declared schema: {exc}; "
                 f"batch columns {table.column_names}, declared {self.schema.names}"
             ) from exc
+        import pyarrow.compute as pc  # here, not at import: ~0.1 s that the training-side loader never needs
+
         for column, value in self.partition.items():
             bad = pc.sum(pc.invert(pc.equal(table[column], value))).as_py() or 0
             if bad:
@@ -389,6 +389,8 @@ def commit_partition(
                         tx.add_files(list(paths), snapshot_properties=props, check_duplicate_files=False)
                     else:
                         # an empty partition still leaves a snapshot: every materialisation is on record
+                        from pyiceberg.io.pyarrow import schema_to_pyarrow  # imports pandas: only here
+
                         tx.append(schema_to_pyarrow(table.schema()).empty_table(), snapshot_properties=props)
                 table = catalog.load_table(identifier)
             break

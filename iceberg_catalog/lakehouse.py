@@ -16,7 +16,6 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO, load_file_io
-from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.table import FileScanTask, Table
 
 from iceberg_catalog.catalog import CatalogConfig, open_catalog, redact_uri
@@ -170,6 +169,8 @@ class Lakehouse:
 
     def read_slice(self, s: ScanSlice) -> Iterator[pa.RecordBatch]:
         """Stream the rows of one slice (projected to its columns, filtered by its row filter)."""
+        from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow  # imports pandas: not for every reader
+
         kwargs = {"selected_fields": s.columns} if s.columns else {}
         scan = self.table(TABLES[s.table]).scan(row_filter=s.row_filter, snapshot_id=s.snapshot_id, **kwargs)
         projected = scan.projection()

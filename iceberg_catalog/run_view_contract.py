@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from iceberg_catalog.arrays import string_scalar
+
 FORMAT = "tokenlake.run_view/1"
 TAG_PREFIX = "runview-"
 STATUSES = ("candidate", "published", "rejected", "superseded")
@@ -81,9 +83,8 @@ def _samples_digest_arrow(table: pa.Table) -> str | None:
     if table.num_rows == 0 or any(c.null_count for c in cols):
         return None
     parts = [c.cast(pa.large_string()) for c in cols]
-    tab = pa.scalar("\t", pa.large_string())
-    lines = pc.binary_join_element_wise(*parts, tab)
-    lines = pc.binary_join_element_wise(lines, pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string()))
+    lines = pc.binary_join_element_wise(*parts, string_scalar("\t"))  # (pa.scalar would import pandas)
+    lines = pc.binary_join_element_wise(lines, string_scalar(""), string_scalar("\n"))
     h = hashlib.sha256()
     for chunk in lines.chunks:
         offsets = np.frombuffer(chunk.buffers()[1], dtype="<i8", count=len(chunk) + 1, offset=chunk.offset * 8)

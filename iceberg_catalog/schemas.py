@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
@@ -70,6 +69,8 @@ class TableDef:
     @property
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema (with Parquet field ids) that data files of this table are written with."""
+        from pyiceberg.io.pyarrow import schema_to_pyarrow  # here: it imports pyarrow.dataset, hence pandas
+
         return schema_to_pyarrow(self.schema)
 
 

@@ -42,14 +42,15 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import And, EqualTo, In
 
+from iceberg_catalog import arrays
 from iceberg_catalog import run_view_contract as contract
-from iceberg_catalog.catalog import CatalogConfig, open_catalog
+from iceberg_catalog.catalog import CatalogConfig
 from iceberg_catalog.lakehouse import Lakehouse
+from iceberg_catalog.readonly import read_only_catalog
 from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES, TOKENIZED_DOCUMENTS
 from loader.errors import (
     ChecksumMismatch,
@@ -460,7 +461,7 @@ class RunView:
     origin: str = "catalog"  # catalog | bundle | memory
 
     def __post_init__(self) -> None:
-        self.n_tokens = self.samples.column("n_tokens").to_numpy().astype(np.int64)
+        self.n_tokens = arrays.to_numpy(self.samples.column("n_tokens")).astype(np.int64)
         self.doc_ids: list[str] = self.samples.column("doc_id").to_pylist()
 
     @property
@@ -528,13 +529,13 @@ def check_status(run_view_id: str, status: str, superseded_by_request: str | Non
 def check_samples(run_view_id: str, manifest: Mapping, samples: pa.Table) -> None:
     """The samples table must be exactly what the manifest froze."""
     want = manifest["samples"]
-    idx = samples.column("sample_index").to_numpy()
+    idx = arrays.to_numpy(samples.column("sample_index"))
     if samples.num_rows != want["n_samples"] or not np.array_equal(idx, np.arange(samples.num_rows)):
         raise SamplesMismatch(
             f"run view {run_view_id}: {samples.num_rows} sample rows (indices not 0..n-1 or "
             f"count differs), the manifest froze {want['n_samples']}"
         )
-    n_tokens = int(samples.column("n_tokens").to_numpy().astype(np.int64).sum())
+    n_tokens = int(arrays.to_numpy(samples.column("n_tokens")).astype(np.int64).sum())
     if n_tokens != want["n_tokens"]:
         raise SamplesMismatch(
             f"run view {run_view_id}: samples hold {n_tokens} tokens, the manifest {want['n_tokens']}"
@@ -542,7 +543,7 @@ def check_samples(run_view_id: str, manifest: Mapping, samples: pa.Table) -> Non
     digest = contract.samples_digest(samples)
     if digest != want["sha256"]:
         raise SamplesMismatch(f"run view {run_view_id}: samples digest {digest} != manifest {want['sha256']}")
-    if samples.num_rows and int(samples.column("n_tokens").to_numpy().min()) < 1:
+    if samples.num_rows and int(arrays.to_numpy(samples.column("n_tokens")).min()) < 1:
         raise SamplesMismatch(f"run view {run_view_id}: a sample has no tokens")
     tids = set(samples.column("tokenizer_id").to_pylist())
     if tids - {manifest["tokenizer"]["tokenizer_id"]}:
@@ -576,9 +577,9 @@ def _view_from_layout(
     storage=None,
     group_sha256: Mapping[int, bytes] | None = None,
 ) -> RunView:
-    fi = samples.column("file_index").to_numpy().astype(np.int64)
-    rg = samples.column("row_group").to_numpy().astype(np.int64)
-    row = samples.column("row").to_numpy().astype(np.int64)
+    fi = arrays.to_numpy(samples.column("file_index")).astype(np.int64)
+    rg = arrays.to_numpy(samples.column("row_group")).astype(np.int64)
+    row = arrays.to_numpy(samples.column("row")).astype(np.int64)
     source = RowGroupSource(
         tuple(files),
         fi,
@@ -593,7 +594,7 @@ def _view_from_layout(
         storage=storage,
         group_sha256=group_sha256,
     )
-    blocks = layout_block_ids(samples.column("repetition").to_numpy(), fi, rg)
+    blocks = layout_block_ids(arrays.to_numpy(samples.column("repetition")), fi, rg)
     return RunView(run_view_id, status, manifest, sha, samples.select(SAMPLE_COLUMNS), blocks, source, origin)
 
 
@@ -602,17 +603,27 @@ def _view_from_layout(
 
 def as_lakehouse(catalog: Lakehouse | Catalog | None = None) -> Lakehouse:
     """The lakehouse to read: a `Lakehouse` as is, a pyiceberg catalog wrapped, None = the configured catalog
-    (`TOKENLAKE_CATALOG` or the embedded one), opened without creating tables: a training job only reads."""
+    (`TOKENLAKE_CATALOG` or the embedded one), opened without creating tables: a training job only reads (the
+    embedded catalog through `iceberg_catalog.readonly`, without SQLAlchemy and pandas)."""
     if isinstance(catalog, Lakehouse):
         return catalog
     if catalog is None:
         config = CatalogConfig.resolve()
-        return Lakehouse(config, catalog=open_catalog(config, create=False))
+        return Lakehouse(config, catalog=read_only_catalog(config))
     return Lakehouse(catalog=catalog)
 
 
+# what opening a view reads of its run_view.manifests row (strings only: converting its timestamps to Python
+# would import pandas)
+MANIFEST_ROW_COLUMNS = ("run_view_id", "status", "manifest_sha256", "manifest_json", "superseded_by_request")
+
+
 def _manifest_row(lakehouse: Lakehouse, run_view_id: str) -> dict:
-    rows = lakehouse.scan(RUN_VIEW_MANIFESTS, row_filter=EqualTo("run_view_id", run_view_id))
+    table = lakehouse.table(RUN_VIEW_MANIFESTS)
+    where = EqualTo("run_view_id", run_view_id)
+    rows = _read_data_files(table, None, where, run_view_id, MANIFEST_ROW_COLUMNS)
+    if rows is None:
+        rows = lakehouse.scan(RUN_VIEW_MANIFESTS, MANIFEST_ROW_COLUMNS, row_filter=where)
     if rows.num_rows == 0:
         raise RunViewNotFound(
             f"no run view {run_view_id!r} in {RUN_VIEW_MANIFESTS} of this catalog; list them with "
@@ -633,29 +644,33 @@ def _pinned_samples(lakehouse: Lakehouse, run_view_id: str) -> tuple[pa.Table, M
             f"{RUN_VIEW_SAMPLES} has no tag {tag}: the view was never published (or its tag was removed); re-publish it"
         )
     where = EqualTo("run_view_id", run_view_id)
-    got = _read_data_files(table, snap.snapshot_id, where, run_view_id)
+    got = _read_data_files(table, snap.snapshot_id, where, run_view_id, SAMPLE_COLUMNS)
     if got is None:
         got = lakehouse.scan_at(RUN_VIEW_SAMPLES, snap.snapshot_id, SAMPLE_COLUMNS, where)
     return got.sort_by("sample_index").select(SAMPLE_COLUMNS), dict(table.properties)
 
 
-def _read_data_files(table, snapshot_id: int, where, run_view_id: str) -> pa.Table | None:
-    """The view's samples read straight from the planned data files (pyarrow, the table's FileIO): what
-    `scan_at` returns when no file has delete files and the columns are the table's own (no schema evolution
-    since: field names match), at a tenth of pyiceberg's set-up cost for one small scan; None otherwise."""
+def _read_data_files(table, snapshot_id: int | None, where, run_view_id: str, columns) -> pa.Table | None:
+    """`columns` of the view's rows read straight from the planned data files (pyarrow, the table's FileIO):
+    what a pyiceberg scan returns when no file has delete files and the columns are the table's own (no schema
+    evolution since: field names match), at a tenth of pyiceberg's set-up cost for one small scan, and without
+    importing pyiceberg's Arrow reader (pandas); None otherwise (the caller scans with pyiceberg)."""
     tasks = list(table.scan(row_filter=where, snapshot_id=snapshot_id).plan_files())
     if any(t.delete_files for t in tasks):
         return None
+    wanted = ["run_view_id", *(c for c in columns if c != "run_view_id")]
     parts = []
     for t in tasks:
         try:
             with table.io.new_input(t.file.file_path).open() as f:
-                part = pq.ParquetFile(f).read(columns=["run_view_id", *SAMPLE_COLUMNS], use_threads=False)
+                part = pq.ParquetFile(f).read(columns=wanted, use_threads=False)
         except (KeyError, ValueError, pa.ArrowInvalid):  # a column named otherwise in this file: let pyiceberg map it
             return None
         if part.num_rows != t.file.record_count:
             return None
-        parts.append(part.filter(pc.equal(part.column("run_view_id"), run_view_id)).select(SAMPLE_COLUMNS))
+        # a mask from Python values: pc.equal(column, str) and pa.array import pandas (iceberg_catalog.arrays)
+        mine = arrays.mask([v == run_view_id for v in part.column("run_view_id").to_pylist()])
+        parts.append(part.filter(mine).select(list(columns)))
     if not parts:
         return None
     return pa.concat_tables(parts, promote_options="permissive")
@@ -759,9 +774,9 @@ def _locate_documents(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table
 def with_locations(samples: pa.Table, file_index, row_group, row) -> pa.Table:
     """`samples` plus its layout columns file_index, row_group, row (int32)."""
     return (
-        samples.append_column("file_index", pa.array(np.asarray(file_index, np.int32), pa.int32()))
-        .append_column("row_group", pa.array(np.asarray(row_group, np.int32), pa.int32()))
-        .append_column("row", pa.array(np.asarray(row, np.int32), pa.int32()))
+        samples.append_column("file_index", arrays.numeric(file_index, pa.int32()))
+        .append_column("row_group", arrays.numeric(row_group, pa.int32()))
+        .append_column("row", arrays.numeric(row, pa.int32()))
     )
 
 
@@ -790,7 +805,7 @@ def _cached_layout(manifest: Mapping, snapshot_id, files: Sequence[str], samples
         return None
     loc = np.frombuffer(body, dtype="<i4").reshape(3, -1)
     for name, values in zip(_LAYOUT_COLUMNS, loc, strict=True):
-        samples = samples.append_column(name, pa.array(values, pa.int32()))
+        samples = samples.append_column(name, arrays.numeric(values, pa.int32()))
     return samples
 
 

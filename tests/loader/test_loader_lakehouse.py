@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,22 @@ REPO = Path(__file__).resolve().parents[2]
 def test_loader_imports_without_dagster():
     code = "import sys, loader\nassert 'dagster' not in sys.modules, sorted(m for m in sys.modules if 'dagster' in m)"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+def test_a_training_process_reaches_its_first_batch_without_pandas_or_sqlalchemy():
+    """Opening from the configured (embedded) catalog and reading a batch needs neither: together they were
+    ~0.5 s of a fresh process's ~2 s to its first batch (bench/loader.py, first_batch_heavy_imports)."""
+    code = (
+        "import sys, loader\n"
+        f"view = loader.open_run_view({views.lakehouse()['a']!r})\n"
+        "batch = next(iter(loader.RunViewLoader(view, 24, seq_len=64)))\n"
+        "assert batch['input_ids'].shape == (24, 64), batch['input_ids'].shape\n"
+        "print(sorted(m for m in ('pandas', 'sqlalchemy', 'pyarrow.dataset', 'dagster') if m in sys.modules))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TOKENLAKE_CATALOG"}
+    env["TOKENLAKE_HOME"] = str(views.lakehouse()["home"])
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=120, capture_output=True)
+    assert out.stdout.decode().strip().splitlines()[-1] == "[]"
 
 
 def test_a_lakehouse_a_bare_catalog_and_the_configured_default_open_the_same_view(monkeypatch):
