@@ -1,25 +1,29 @@
-"""Bounded prefetch: one daemon thread reads ahead of the consumer into a queue of at most `capacity` items.
+"""Bounded prefetch: one daemon thread reads ahead of the consumer into a buffer of at most `capacity` items.
+The buffer is the only one, so a stalled consumer holds at most `capacity` items (plus the one the producer
+is building) in memory: the producer blocks on a full buffer. The producer's waits are timed so that `close()`
+can stop it within a bound even while the buffer is full; a producer exception reaches the consumer.
 
-The queue is the only buffer, so a stalled consumer holds at most `capacity` items (plus the one the producer
-is building) in memory: the producer blocks on a full queue. The producer's puts are timed so that `close()`
-can stop it within a bound even while the queue is full; a producer exception reaches the consumer.
+The consumer's `next()` is the data-wait a training step sees, so its common case takes no lock: it pops from
+a deque (atomic under the GIL) and wakes a producer blocked on a full buffer only once the buffer has drained
+to half (one Condition round trip per capacity/2 items, not per item). Measured right after a 16 ms training
+step on a 2-core VM, where everything a woken thread touches is cold: queue.Queue.get ~66 us, a deque pop ~25.
 """
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 _END = object()  # the producer's iterator is exhausted
-_POLL_SECONDS = 0.05  # how often a blocked put / get looks at the stop event
+_POLL_SECONDS = 0.05  # how often a blocked put / get looks at the stop event (and recovers a missed wake-up)
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
 class _Failure:
-    """An exception raised by the producer, carried through the queue to the consumer."""
+    """An exception raised by the producer, carried through the buffer to the consumer."""
 
     __slots__ = ("exc",)
 
@@ -31,29 +35,66 @@ class _Shared:
     """What the producer thread and the consumer share; the thread holds this, never the Prefetcher, so a
     forgotten Prefetcher is collected and its __del__ stops the thread."""
 
-    __slots__ = ("queue", "stop", "produced", "blocked_puts")
+    __slots__ = (
+        "retired",
+        "items",
+        "capacity",
+        "low",
+        "cv",
+        "stop",
+        "producer_waiting",
+        "consumer_waiting",
+        "produced",
+        "blocked_puts",
+    )
 
     def __init__(self, capacity: int) -> None:
-        self.queue: queue.Queue = queue.Queue(maxsize=capacity)
+        self.items: collections.deque = collections.deque()
+        self.retired: collections.deque = collections.deque()  # consumed items the producer thread releases
+        self.capacity = capacity
+        self.low = capacity // 2  # the consumer wakes a blocked producer at or below this many items
+        self.cv = threading.Condition(threading.Lock())
         self.stop = threading.Event()
+        self.producer_waiting = False
+        self.consumer_waiting = False
         self.produced = 0
         self.blocked_puts = 0
 
 
-def _put(shared: _Shared, item: Any) -> bool:
-    """Put `item`, blocking while the queue is full; False when stopped before it fitted."""
-    try:
-        shared.queue.put_nowait(item)
-        return True
-    except queue.Full:
-        shared.blocked_puts += 1
-    while not shared.stop.is_set():
+def _release_retired(shared: _Shared) -> None:
+    """Drop the consumed items handed back with `Prefetcher.retire`: their memory is freed on this thread."""
+    retired = shared.retired
+    while retired:
         try:
-            shared.queue.put(item, timeout=_POLL_SECONDS)
-            return True
-        except queue.Full:
-            continue
-    return False
+            retired.popleft()
+        except IndexError:
+            return
+
+
+def _put(shared: _Shared, item: Any) -> bool:
+    """Append `item`, blocking while the buffer is full; False when stopped before it fitted."""
+    _release_retired(shared)
+    with shared.cv:
+        if len(shared.items) >= shared.capacity:
+            shared.blocked_puts += 1
+            while len(shared.items) >= shared.capacity:
+                if shared.stop.is_set():
+                    return False
+                shared.producer_waiting = True
+                shared.cv.wait(_POLL_SECONDS)  # a wake-up missed by the consumer's unlocked check costs <= this
+                if shared.retired:
+                    shared.cv.release()  # free what was retired without holding the consumer's lock
+                    try:
+                        _release_retired(shared)
+                    finally:
+                        shared.cv.acquire()
+            shared.producer_waiting = False
+        if shared.stop.is_set():
+            return False
+        shared.items.append(item)
+        if shared.consumer_waiting:
+            shared.cv.notify_all()
+    return True
 
 
 def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
@@ -98,15 +139,13 @@ class Prefetcher:
             raise StopIteration
         shared = self._shared
         started = time.perf_counter()
-        while True:
-            try:
-                item = shared.queue.get(timeout=_POLL_SECONDS)
-                break
-            except queue.Empty:
-                # a producer that ended leaves a sentinel unless it was stopped (close, or collected)
-                if shared.stop.is_set() or (not self._thread.is_alive() and shared.queue.empty()):
-                    self._done = True
-                    raise StopIteration from None
+        try:
+            item = shared.items.popleft()  # the common case: no lock
+        except IndexError:
+            item = self._wait_for_item()
+        if shared.producer_waiting and len(shared.items) <= shared.low:
+            with shared.cv:
+                shared.cv.notify_all()
         self.last_wait_seconds = time.perf_counter() - started
         self.wait_seconds += self.last_wait_seconds
         if item is _END:
@@ -117,6 +156,31 @@ class Prefetcher:
             raise item.exc
         self.consumed += 1
         return item
+
+    def retire(self, item: Any) -> None:
+        """Hand back an item the consumer no longer references: the producer thread drops it, so freeing its
+        memory (a batch: tensors, audit spans) does not happen inside the consumer's next step. At most about
+        `capacity` retired items wait; after close() they are dropped here."""
+        if self._done:
+            return
+        self._shared.retired.append(item)
+
+    def _wait_for_item(self) -> Any:
+        shared = self._shared
+        with shared.cv:
+            while not shared.items:
+                # a producer that ended leaves a sentinel unless it was stopped (close, or collected)
+                if shared.stop.is_set() or not self._thread.is_alive():
+                    if not shared.items:
+                        self._done = True
+                        raise StopIteration
+                    break
+                shared.consumer_waiting = True
+                if shared.producer_waiting:
+                    shared.cv.notify_all()
+                shared.cv.wait(_POLL_SECONDS)
+            shared.consumer_waiting = False
+            return shared.items.popleft()
 
     @property
     def produced(self) -> int:
@@ -134,13 +198,13 @@ class Prefetcher:
         return self._thread.is_alive()
 
     def depth(self) -> int:
-        """Items ready in the queue now (approximate while the producer runs)."""
-        return self._shared.queue.qsize()
+        """Items ready in the buffer now (approximate while the producer runs)."""
+        return len(self._shared.items)
 
     def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> bool:
         """Stop the producer and drop what is queued; True when the thread ended within `timeout` seconds.
 
-        A producer blocked on a full queue wakes within 50 ms; one stuck inside its source's `next()` cannot be
+        A producer blocked on a full buffer wakes within 50 ms; one stuck inside its source's `next()` cannot be
         interrupted and is left behind as a daemon thread (False), which ends at its next put.
         """
         self._shared.stop.set()
@@ -155,12 +219,13 @@ class Prefetcher:
         return not self._thread.is_alive()
 
     def _drain(self) -> None:
-        """Drop queued items so their memory is freed now, not when the Prefetcher is collected."""
-        while True:
-            try:
-                self._shared.queue.get_nowait()
-            except queue.Empty:
-                return
+        """Drop buffered and retired items so their memory is freed now, not when the Prefetcher is collected;
+        wakes a producer blocked on the full buffer so that it sees the stop."""
+        shared = self._shared
+        _release_retired(shared)
+        with shared.cv:
+            shared.items.clear()
+            shared.cv.notify_all()
 
     def __enter__(self) -> Prefetcher:
         return self
@@ -170,5 +235,5 @@ class Prefetcher:
 
     def __del__(self) -> None:
         shared = getattr(self, "_shared", None)
-        if shared is not None:  # a forgotten producer ends instead of blocking forever on a full queue
+        if shared is not None:  # a forgotten producer ends instead of blocking forever on a full buffer
             shared.stop.set()

@@ -143,3 +143,54 @@ def test_forgotten_prefetcher_stops_its_thread():
     thread.join(5)
     assert not thread.is_alive()
     assert source.closed.is_set()
+
+
+class Tracked:
+    """An item that records which thread freed it."""
+
+    made = 0
+    freed_on: list[str] = []
+
+    def __init__(self) -> None:
+        Tracked.made += 1
+
+    def __del__(self) -> None:
+        Tracked.freed_on.append(threading.current_thread().name)
+
+
+def test_retired_items_are_freed_on_the_producer_thread_and_dropped_on_close():
+    Tracked.made, Tracked.freed_on = 0, []
+    pf = Prefetcher((Tracked() for _ in range(40)), 4)
+    try:
+        for _ in range(30):
+            pf.retire(next(pf))  # the consumer's only reference goes with it
+        wait_until(lambda: len(Tracked.freed_on) >= 28)
+        assert set(Tracked.freed_on[:28]) == {"tokenlake-prefetch"}, Tracked.freed_on
+    finally:
+        assert pf.close()
+    gc.collect()
+    assert len(Tracked.freed_on) == Tracked.made > 30  # retired, buffered, in flight: nothing kept after close
+    pf.retire(Tracked())  # after close: dropped at once, by the caller
+    assert len(Tracked.freed_on) == Tracked.made
+
+
+def test_a_consumer_at_half_capacity_wakes_the_blocked_producer(monkeypatch):
+    import loader.prefetch
+
+    monkeypatch.setattr(loader.prefetch, "_POLL_SECONDS", 3.0)  # the producer's own poll would take seconds
+    source = CountingSource()
+    pf = Prefetcher(source, 8)
+    try:
+        wait_until(lambda: pf.blocked_puts >= 1 and pf.depth() == 8)
+        time.sleep(0.1)  # the producer is inside its (3 s) wait
+        for _ in range(3):  # 8 -> 5: above half, no wake-up: the producer keeps waiting
+            next(pf)
+        time.sleep(0.3)
+        assert pf.depth() == 5
+        started = time.monotonic()
+        next(pf)  # 5 -> 4 = capacity // 2: the consumer wakes it
+        wait_until(lambda: pf.depth() == 8, timeout=2.5)
+        assert time.monotonic() - started < 2.5
+    finally:
+        monkeypatch.setattr(loader.prefetch, "_POLL_SECONDS", 0.05)
+        assert pf.close()
