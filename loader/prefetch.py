@@ -73,7 +73,6 @@ def _release_retired(shared: _Shared) -> None:
 
 def _put(shared: _Shared, item: Any) -> bool:
     """Append `item`, blocking while the buffer is full; False when stopped before it fitted."""
-    _release_retired(shared)
     with shared.cv:
         if len(shared.items) >= shared.capacity:
             shared.blocked_puts += 1
@@ -100,7 +99,12 @@ def _put(shared: _Shared, item: Any) -> bool:
 def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
     """The producer thread: every item of `iterator`, then _END, or a _Failure with what it raised."""
     try:
-        for item in iterator:
+        while True:
+            _release_retired(shared)  # before building the next item: its memory can then be reused for it
+            try:
+                item = next(iterator)
+            except StopIteration:
+                break
             if shared.stop.is_set() or not _put(shared, item):
                 return
             shared.produced += 1

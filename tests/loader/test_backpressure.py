@@ -234,8 +234,9 @@ def test_the_training_loop_does_not_free_its_consumed_batches():
     del batch
     assert steps == list(range(30))
     wait_until(lambda: len(freed_on) == 30)
-    on_loop = [name for name in freed_on if name != "tokenlake-prefetch"]
-    assert len(on_loop) <= 3, freed_on  # the last batches, dropped when the loop ends
+    # freed while the read-ahead thread runs: all on it; the last few (retired after it ended, or still held
+    # when the loop ends) on the loop's thread
+    assert set(freed_on[:20]) == {"tokenlake-prefetch"}, freed_on
     plain = [b["input_ids"] for b in RunViewLoader(view, 4, prefetch=0, max_steps=30)]
     again = [b["input_ids"] for b in RunViewLoader(view, 4, prefetch=4, max_steps=30)]
     assert all(torch.equal(a, b) for a, b in zip(plain, again, strict=True))
