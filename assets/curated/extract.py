@@ -3,7 +3,9 @@
 Pure module (no Dagster). trafilatura runs in one persistent worker subprocess per `Extractor`
 (the way datatrove sandboxes it): a document that exceeds the time limit gets the decision
 `extract_timeout`, its worker is killed and a fresh one takes the next document, so one pathological
-page can neither stall nor crash a batch. Decisions (values of the `decision` column):
+page can neither stall nor crash a batch. Fresh workers are forked from a warmed-up template process
+(`_Template`), so a restart costs a fork, not an interpreter start and trafilatura's warm-up.
+Decisions (values of the `decision` column):
 
 - `too_large`       payload above `max_html_bytes` (not truncated: a cut page looks whole but is not)
 - `extract_failed`  binary bytes labelled as text, or trafilatura raised / its worker died
@@ -14,11 +16,14 @@ page can neither stall nor crash a batch. Decisions (values of the `decision` co
 from __future__ import annotations
 
 import codecs
+import functools
 import logging
 import os
 import pickle
 import re
 import select
+import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -238,7 +243,7 @@ def normalise_text(text: str) -> str:
 class ExtractionResult:
     """Main text (None when dropped), the decision (None when kept), wall seconds and a human detail.
 
-    `seconds` is the wall time of the call; the first call on a fresh worker includes its start (~0.5 s).
+    `seconds` is the wall time of the call; the first call of an Extractor includes its template's start (~0.5 s).
     """
 
     text: str | None
@@ -294,6 +299,15 @@ def _read_frame(fd: int, deadline: float | None) -> tuple[bool, object]:
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _POLL_S = 0.02
+# A template answers a fork or kill request in milliseconds; this only bounds a hung one.
+_TEMPLATE_REPLY_S = 10.0
+# The template warms up on this page before it forks, so lazy first-use costs (lxml parsers, trafilatura's
+# settings and XPath compilation) are paid once per template, not on each new worker's first page.
+_WARM_UP_HTML = (
+    "<html><head><title>Warm-up</title></head><body><article><h1>Warm-up</h1>"
+    + "<p>This paragraph only exists so that the extraction code paths run once before forking.</p>" * 4
+    + "<ul><li>one</li><li>two</li></ul><table><tr><td>cell</td></tr></table></article></body></html>"
+)
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -306,49 +320,36 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-class _Worker:
-    """One trafilatura subprocess speaking length-prefixed pickles on its stdin/stdout."""
+def _script(mode: str, *args: str) -> list[str]:
+    """Command line of a fresh interpreter (not fork: callers may hold threads and locks) running this file."""
+    return [sys.executable, "-u", os.path.abspath(__file__), mode, *args]
 
-    def __init__(self, options: dict, start_timeout_s: float) -> None:
-        # A fresh interpreter (not fork: callers may hold threads and locks) running this file as a script.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", os.path.abspath(__file__), "--worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,
-            close_fds=True,
-        )
-        self._finalizer = weakref.finalize(self, _kill, self.proc)
-        try:
-            _write_frame(self.proc.stdin.fileno(), options)
-            ok, ready = _read_frame(self.proc.stdout.fileno(), time.monotonic() + start_timeout_s)
-        except (OSError, EOFError) as exc:
-            self.close()
-            raise ExtractorError(f"extraction worker failed to start ({exc}); is trafilatura installed?") from exc
-        if not ok:
-            self.close()
-            raise ExtractorError(
-                f"extraction worker not ready after {start_timeout_s} s; "
-                "check that `python -c 'import trafilatura'` works in this environment"
-            )
-        if ready != "ready":
-            self.close()
-            raise ExtractorError(f"extraction worker refused its configuration: {ready}")
+
+class _Worker:
+    """One trafilatura process speaking length-prefixed pickles: requests on `req_fd`, replies on `reply_fd`.
+
+    `stop` kills the process and closes the pipes; it runs once (on `close`, or when the handle is collected)."""
+
+    def __init__(self, pid: int, req_fd: int, reply_fd: int, stop) -> None:
+        self.pid = pid
+        self.req_fd = req_fd
+        self.reply_fd = reply_fd
         self.n_docs = 0
+        self._finalizer = weakref.finalize(self, stop)
 
     def request(self, html: str, url: str | None, timeout_s: float) -> tuple[str, object]:
         """('ok', text|None) | ('error', message) | ('timeout', None) | ('died', message)."""
         self.n_docs += 1
-        fd = self.proc.stdout.fileno()
+        fd = self.reply_fd
         try:
-            cpu0 = _cpu_seconds(self.proc.pid)
-            _write_frame(self.proc.stdin.fileno(), (html, url))
+            cpu0 = _cpu_seconds(self.pid)
+            _write_frame(self.req_fd, (html, url))
             if cpu0 is None:  # no /proc: fall back to a wall-clock limit
                 ok, reply = _read_frame(fd, time.monotonic() + timeout_s)
             else:
                 ok, reply = self._read_within_cpu(fd, cpu0, timeout_s)
         except (OSError, EOFError) as exc:
-            return "died", f"extraction worker died (exit code {self.proc.poll()}): {exc}"
+            return "died", f"extraction worker died: {exc}"
         if not ok:
             return "timeout", None
         return reply  # type: ignore[return-value]
@@ -371,7 +372,7 @@ class _Worker:
             ready, _, _ = select.select([fd], [], [], _POLL_S)
             if ready:
                 return _read_frame(fd, None)
-            used = _cpu_seconds(self.proc.pid)
+            used = _cpu_seconds(self.pid)
             if used is None or used - cpu0 > timeout_s or time.monotonic() > wall_cap:
                 return False, None
 
@@ -379,15 +380,141 @@ class _Worker:
         self._finalizer()
 
 
+def _handshake(proc: subprocess.Popen, send_fd: int, recv_fd: int, options: dict, start_timeout_s: float) -> None:
+    """Send a fresh process its trafilatura options and wait for its "ready"; ExtractorError (and the process
+    killed) if it does not come."""
+    try:
+        _write_frame(send_fd, options)
+        ok, ready = _read_frame(recv_fd, time.monotonic() + start_timeout_s)
+    except (OSError, EOFError) as exc:
+        _kill(proc)
+        raise ExtractorError(f"extraction worker failed to start ({exc}); is trafilatura installed?") from exc
+    if not ok:
+        _kill(proc)
+        raise ExtractorError(
+            f"extraction worker not ready after {start_timeout_s} s; "
+            "check that `python -c 'import trafilatura'` works in this environment"
+        )
+    if ready != "ready":
+        _kill(proc)
+        raise ExtractorError(f"extraction worker refused its configuration: {ready}")
+
+
+def _spawn_worker(options: dict, start_timeout_s: float) -> _Worker:
+    """A worker in a fresh interpreter of its own: the fallback when no template can fork one."""
+    proc = subprocess.Popen(_script("--worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+    _handshake(proc, proc.stdin.fileno(), proc.stdout.fileno(), options, start_timeout_s)
+    return _Worker(proc.pid, proc.stdin.fileno(), proc.stdout.fileno(), functools.partial(_kill, proc))
+
+
 def _kill(proc: subprocess.Popen) -> None:
     for stream in (proc.stdin, proc.stdout):
         try:
-            stream.close()
+            if stream is not None:
+                stream.close()
         except OSError:
             pass
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+
+
+class _TemplateGone(OSError):
+    """The template process did not answer (dead, or cannot fork)."""
+
+
+class _Template:
+    """A warmed-up trafilatura process (a fresh interpreter, started like a worker) that forks workers.
+
+    A new worker then costs a fork (~10 ms of CPU) instead of an interpreter start, the trafilatura import and
+    the first-page warm-up (~0.3-0.5 CPU s), which a timeout otherwise pays again on every restart.
+    The caller makes each worker's two pipes and hands the child's ends over the control socket
+    (SCM_RIGHTS); the template forks, the child serves them, and the template kills and reaps children on
+    request (so their CPU time reaches the caller's RUSAGE_CHILDREN when the template is reaped, and a PID is
+    never signalled after it could have been reused). EOF on the control socket ends the template and its
+    children; EOF on its request pipe ends a child, so both die with the caller."""
+
+    def __init__(self, options: dict, start_timeout_s: float) -> None:
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                _script("--template", str(theirs.fileno())), stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),)
+            )
+        finally:
+            theirs.close()
+        self._finalizer = weakref.finalize(self, _stop_template, self.sock, self.proc)
+        fd = self.sock.fileno()
+        _handshake(self.proc, fd, fd, options, start_timeout_s)
+
+    def _call(self, message: bytes, fds: list[int] = ()) -> bytes:
+        """Send one command line (with `fds` attached) and return the template's one-line reply."""
+        try:
+            socket.send_fds(self.sock, [message + b"\n"], list(fds))
+            reply = b""
+            deadline = time.monotonic() + _TEMPLATE_REPLY_S
+            while not reply.endswith(b"\n"):
+                ready, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
+                chunk = self.sock.recv(256) if ready else b""
+                if not chunk:
+                    break
+                reply += chunk
+        except OSError as exc:
+            raise _TemplateGone(f"extraction template gone: {exc}") from exc
+        if not reply.endswith(b"\n") or reply.startswith(b"error"):
+            raise _TemplateGone(f"extraction template failed: {reply.decode(errors='replace') or 'no reply'}")
+        return reply.strip()
+
+    def fork_worker(self) -> _Worker:
+        """A new worker forked from the template; _TemplateGone if that cannot be done."""
+        req_r, req_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        try:
+            pid = int(self._call(b"fork", [req_r, reply_w]))
+        except _TemplateGone:
+            for fd in (req_w, reply_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(req_r)  # the child's ends: the caller keeping them would hide the child's death
+            os.close(reply_w)
+        # A pidfd names this very process, so the fallback kill (template gone) cannot hit a reused PID.
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # Linux < 5.3: that kill falls back to the PID
+            pidfd = None
+        return _Worker(pid, req_w, reply_r, functools.partial(self._stop_worker, pid, pidfd, req_w, reply_r))
+
+    def _stop_worker(self, pid: int, pidfd: int | None, req_w: int, reply_r: int) -> None:
+        for fd in (req_w, reply_r):
+            os.close(fd)
+        try:
+            self._call(b"kill %d" % pid)  # the template kills and reaps it
+        except _TemplateGone:
+            try:  # re-parented: init (or a subreaper) reaps it
+                if pidfd is None:
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _stop_template(sock: socket.socket, proc: subprocess.Popen) -> None:
+    sock.close()  # EOF: the template kills and reaps its children, then exits
+    try:
+        proc.wait(_TEMPLATE_REPLY_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class Extractor:
@@ -419,6 +546,7 @@ class Extractor:
         self.options = {**DEFAULT_TRAFILATURA_OPTIONS, **trafilatura_options}
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
+        self._template: _Template | None = None
 
     def __enter__(self) -> Extractor:
         return self
@@ -427,11 +555,12 @@ class Extractor:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker process (a later `extract` starts a new one)."""
+        """Stop the worker and template processes (a later `extract` starts new ones)."""
         with self._lock:
-            if self._worker is not None:
-                self._worker.close()
-                self._worker = None
+            self._drop_worker()
+            if self._template is not None:
+                self._template.close()
+                self._template = None
 
     def extract(self, payload: bytes, content_type: str | None = None, url: str | None = None) -> ExtractionResult:
         """Decode, extract and normalise one HTML payload; never raises for a bad document."""
@@ -452,7 +581,7 @@ class Extractor:
             if self._worker is not None and self._worker.n_docs >= self.recycle_after_docs:
                 self._drop_worker()  # bounds the memory a long-lived worker accumulates
             if self._worker is None:
-                self._worker = _Worker(self.options, self.start_timeout_s)
+                self._worker = self._new_worker()
             status, value = self._worker.request(html, url, self.timeout_s)
             if status in ("timeout", "died"):
                 self._drop_worker()
@@ -474,6 +603,21 @@ class Extractor:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+
+    def _new_worker(self) -> _Worker:
+        """A worker forked from this Extractor's template (started on first use, restarted if it died);
+        one in a fresh interpreter if the template cannot fork. ExtractorError if trafilatura cannot start."""
+        if self._template is not None and not self._template.alive():
+            self._template.close()
+            self._template = None
+        if self._template is None:
+            self._template = _Template(self.options, self.start_timeout_s)
+        try:
+            return self._template.fork_worker()
+        except _TemplateGone:
+            self._template.close()
+            self._template = None
+            return _spawn_worker(self.options, self.start_timeout_s)
 
 
 _SHARED: dict[tuple[int, float, int], Extractor] = {}
@@ -506,14 +650,8 @@ def close_shared_extractors() -> None:
 # Worker process (runs this file as a script; imports nothing from the package)
 
 
-def _worker_main() -> None:
-    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    in_fd = sys.stdin.fileno()
-    logging.disable(logging.WARNING)  # trafilatura logs every discarded page; decisions carry that
-
-    _, options = _read_frame(in_fd, None)
+def _load_trafilatura(options: dict):
+    """`extract(html, url) -> text | None` with these trafilatura options, or a message saying what is wrong."""
     import inspect
 
     import trafilatura
@@ -522,26 +660,131 @@ def _worker_main() -> None:
 
     unknown = sorted(set(options) - set(inspect.signature(trafilatura.extract).parameters))
     if unknown:
-        _write_frame(out_fd, f"unknown trafilatura.extract options: {unknown}")
-        return
+        return f"unknown trafilatura.extract options: {unknown}"
+    options = dict(options)
     dedup = bool(options.pop("deduplicate", False))
-    _write_frame(out_fd, "ready")
+
+    def extract(html: str, url: str | None) -> str | None:
+        # A fresh cache per document: trafilatura's global one would make a page's text depend on
+        # the pages the same worker saw before it (non-deterministic across worker counts).
+        return trafilatura.extract(html, url=url, deduplicate=LRUCache(maxsize=LRU_SIZE) if dedup else False, **options)
+
+    return extract
+
+
+def _serve(in_fd: int, out_fd: int, extract) -> None:
+    """Answer (html, url) requests until EOF."""
     while True:
         try:
             _, (html, url) = _read_frame(in_fd, None)
         except EOFError:
             return
         try:
-            # A fresh cache per document: trafilatura's global one would make a page's text depend on
-            # the pages the same worker saw before it (non-deterministic across worker counts).
-            text = trafilatura.extract(
-                html, url=url, deduplicate=LRUCache(maxsize=LRU_SIZE) if dedup else False, **options
-            )
-            reply: tuple[str, object] = ("ok", text)
+            reply: tuple[str, object] = ("ok", extract(html, url))
         except Exception as exc:  # noqa: BLE001 - any library error is a per-document decision
             reply = ("error", f"{type(exc).__name__}: {exc}"[:500])
         _write_frame(out_fd, reply)
 
 
+def _configure(in_fd: int, out_fd: int):
+    """Read the options, load trafilatura and answer "ready" (or why not); the extract function or None."""
+    logging.disable(logging.WARNING)  # trafilatura logs every discarded page; decisions carry that
+    _, options = _read_frame(in_fd, None)
+    extract = _load_trafilatura(options)
+    if isinstance(extract, str):
+        _write_frame(out_fd, extract)
+        return None
+    return extract
+
+
+def _worker_main() -> None:
+    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    in_fd = sys.stdin.fileno()
+    extract = _configure(in_fd, out_fd)
+    if extract is not None:
+        _write_frame(out_fd, "ready")
+        _serve(in_fd, out_fd, extract)
+
+
+def _warm_up(extract) -> None:
+    """Pay trafilatura's lazy first-use costs once, in the template, so no forked worker pays them on a page
+    (where they count against that page's CPU limit)."""
+    from trafilatura import external
+
+    extract(_WARM_UP_HTML, None)
+    # justext's fallback builds its all-languages stoplist on the first page it rescues (~0.2 CPU s).
+    if external.JT_STOPLIST is None:
+        external.jt_stoplist_init()
+
+
+def _template_main(ctl_fd: int) -> None:
+    os.dup2(2, 1)  # nothing a library prints may reach the caller's stdout
+    sock = socket.socket(fileno=ctl_fd)
+    extract = _configure(ctl_fd, ctl_fd)
+    if extract is None:
+        return
+    _warm_up(extract)
+    import gc
+
+    gc.freeze()  # the warmed-up heap stays shared with the children (no copy-on-write from GC passes)
+    _write_frame(ctl_fd, "ready")
+    children: set[int] = set()
+    while True:
+        message, fds = _recv_command(sock)
+        if message is None:  # the caller is gone or closed us
+            break
+        if message == b"fork":
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                reply = f"error {exc}".encode()
+            else:
+                if pid == 0:  # the worker: serve the caller's pipes, nothing else
+                    sock.close()
+                    try:
+                        _serve(fds[0], fds[1], extract)
+                    finally:
+                        os._exit(0)
+                children.add(pid)
+                reply = b"%d" % pid
+            for fd in fds:
+                os.close(fd)
+        else:  # b"kill <pid>"
+            pid = int(message.split()[1])
+            if pid in children:
+                children.discard(pid)
+                _kill_and_reap(pid)
+            reply = b"ok"
+        sock.sendall(reply + b"\n")
+    for pid in children:
+        _kill_and_reap(pid)
+
+
+def _recv_command(sock: socket.socket) -> tuple[bytes | None, list[int]]:
+    """One command line and the fds sent with it; (None, []) at EOF."""
+    message, all_fds = b"", []
+    while not message.endswith(b"\n"):
+        chunk, fds, _, _ = socket.recv_fds(sock, 256, 2)
+        if not chunk:
+            for fd in all_fds:
+                os.close(fd)
+            return None, []
+        message += chunk
+        all_fds += fds
+    return message.strip(), all_fds
+
+
+def _kill_and_reap(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
     _worker_main()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--template"]:
+    _template_main(int(sys.argv[2]))

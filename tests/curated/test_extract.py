@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
+from assets.curated import extract as extract_module
 from assets.curated.extract import (
     DECISION_EMPTY,
     DECISION_EXTRACT_FAILED,
@@ -45,6 +46,10 @@ ARTICLE = (
 
 def page(body: str = ARTICLE, head: str = "<title>Flood</title>") -> str:
     return f"<!DOCTYPE html><html><head>{head}</head><body><article>{body}</article></body></html>"
+
+
+# 2.4 MB of 50,000 short paragraphs keeps trafilatura busy for seconds (about 5 s on a 2-core dev box).
+SLOW_PAGE = page("".join(f"<p>paragraph {i} with several words of text</p>" for i in range(50_000))).encode()
 
 
 @pytest.fixture(scope="module")
@@ -270,12 +275,10 @@ def test_twenty_megabyte_page_is_too_large(extractor):
 
 
 def test_timeout_kills_the_worker_and_the_next_document_succeeds():
-    # 2.4 MB of 50,000 short paragraphs keeps trafilatura busy for seconds (about 5 s on a 2-core dev box);
-    # a 50 ms limit is two orders of magnitude below that.
-    huge = page("".join(f"<p>paragraph {i} with several words of text</p>" for i in range(50_000))).encode()
+    huge = SLOW_PAGE  # a 50 ms limit is two orders of magnitude below its extraction time
     with Extractor(timeout_s=0.05, max_html_bytes=len(huge) + 1) as ex:
         assert ex.extract(page().encode(), "text/html").decision is None
-        first_pid = ex._worker.proc.pid
+        first_pid = ex._worker.pid
 
         # Called from a worker thread: the limit must not depend on signals in the main thread.
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -285,15 +288,13 @@ def test_timeout_kills_the_worker_and_the_next_document_succeeds():
 
         after = ex.extract(page().encode(), "text/html")
         assert after.decision is None and "old stone bridge" in after.text
-        assert ex._worker.proc.pid != first_pid
+        assert ex._worker.pid != first_pid
 
 
 def test_a_dead_worker_is_a_decision_and_is_replaced():
     with Extractor() as ex:
         assert ex.extract(page().encode(), "text/html").decision is None
-        proc = ex._worker.proc
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.kill(ex._worker.pid, signal.SIGKILL)
         result = ex.extract(page().encode(), "text/html")
         assert result.decision == DECISION_EXTRACT_FAILED and "died" in result.detail
         assert ex.extract(page().encode(), "text/html").decision is None
@@ -304,10 +305,87 @@ def test_worker_is_recycled_and_closed():
         pids = []
         for _ in range(3):
             assert ex.extract(page().encode(), "text/html").decision is None
-            pids.append(ex._worker.proc.pid)
+            pids.append(ex._worker.pid)
         assert pids[0] == pids[1] != pids[2]
-        proc = ex._worker.proc
-    assert proc.poll() is not None  # leaving the context stops the worker
+        template = ex._template.proc.pid
+    assert not any(alive(pid) for pid in [*pids, template])  # leaving the context stops every process
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), None once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].decode().split()
+    except FileNotFoundError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def parent_of(pid: int) -> int:
+    return int(stat_fields(pid)[1])
+
+
+def cpu_of(pid: int) -> float:
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_restart_after_a_timeout_forks_the_template_and_gives_the_same_texts(real_pages):
+    with Extractor() as fresh:
+        expected = [fresh.extract(*item).text for item in real_pages[:6]]
+    with Extractor(max_html_bytes=len(SLOW_PAGE) + 1) as ex:
+        assert ex.extract(page().encode(), "text/html").decision is None
+        template = ex._template.proc.pid
+        assert ex.extract(SLOW_PAGE, "text/html").decision == DECISION_EXTRACT_TIMEOUT
+        got = [ex.extract(*item).text for item in real_pages[:6]]
+        assert got == expected
+        # The new worker is a fork of the same warmed-up template, not a new interpreter: its start and
+        # first pages cost a few CPU ms (a fresh interpreter needs ~0.3-0.5 s to import trafilatura and
+        # warm up before its first page is done).
+        assert ex._template.proc.pid == template and parent_of(ex._worker.pid) == template
+        restarted = ex._worker.pid
+        assert ex.extract(page().encode(), "text/html").decision is None
+        assert ex._worker.pid == restarted
+    with Extractor() as ex:
+        assert ex.extract(page().encode(), "text/html").decision is None
+        ex._drop_worker()
+        assert ex.extract(page().encode(), "text/html").decision is None
+        assert parent_of(ex._worker.pid) == ex._template.proc.pid
+        assert cpu_of(ex._worker.pid) < 0.1
+
+
+def test_killing_the_template_mid_run_loses_nothing():
+    with Extractor(max_html_bytes=len(SLOW_PAGE) + 1) as ex:
+        assert ex.extract(page().encode(), "text/html").decision is None
+        old_template, old_worker = ex._template.proc, ex._worker.pid
+        os.kill(old_template.pid, signal.SIGKILL)
+        old_template.wait()
+        assert ex.extract(page().encode(), "text/html").decision is None  # the worker outlives its template
+        assert ex.extract(SLOW_PAGE, "text/html").decision == DECISION_EXTRACT_TIMEOUT
+        after = ex.extract(page().encode(), "text/html")
+        assert after.decision is None and "old stone bridge" in after.text
+        assert ex._template.proc.pid != old_template.pid and parent_of(ex._worker.pid) == ex._template.proc.pid
+        pids = [ex._worker.pid, ex._template.proc.pid]
+    assert not alive(old_worker)  # killed through its pidfd once its template was gone
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_template_that_cannot_fork_falls_back_to_a_fresh_interpreter(monkeypatch):
+    monkeypatch.setattr(extract_module, "_TEMPLATE_REPLY_S", 0.5)
+    with Extractor() as ex:
+        assert ex.extract(page().encode(), "text/html").decision is None
+        template = ex._template.proc.pid
+        os.kill(template, signal.SIGSTOP)  # alive but unresponsive: the fork request goes unanswered
+        ex._drop_worker()
+        after = ex.extract(page().encode(), "text/html")
+        assert after.decision is None and "old stone bridge" in after.text
+        assert parent_of(ex._worker.pid) == os.getpid() and ex._template is None
+        assert not alive(template)
+        worker = ex._worker.pid
+    assert not alive(worker)
 
 
 def test_bad_options_fail_loudly():
