@@ -1,4 +1,5 @@
 """Bounded prefetch: one daemon thread reads ahead of the consumer into a buffer of at most `capacity` items.
+
 The buffer is the only one, so a stalled consumer holds at most `capacity` items (plus the one the producer
 is building) in memory: the producer blocks on a full buffer. The producer's waits are timed so that `close()`
 can stop it within a bound even while the buffer is full; a producer exception reaches the consumer.
@@ -188,12 +189,12 @@ class Prefetcher:
 
     @property
     def produced(self) -> int:
-        """Items the producer has put into the queue so far."""
+        """Items the producer has put into the buffer so far."""
         return self._shared.produced
 
     @property
     def blocked_puts(self) -> int:
-        """Puts that found the queue full (backpressure events)."""
+        """Puts that found the buffer full (backpressure events)."""
         return self._shared.blocked_puts
 
     @property
@@ -206,7 +207,7 @@ class Prefetcher:
         return len(self._shared.items)
 
     def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> bool:
-        """Stop the producer and drop what is queued; True when the thread ended within `timeout` seconds.
+        """Stop the producer and drop what is buffered; True when the thread ended within `timeout` seconds.
 
         A producer blocked on a full buffer wakes within 50 ms; one stuck inside its source's `next()` cannot be
         interrupted and is left behind as a daemon thread (False), which ends at its next put.
