@@ -175,22 +175,22 @@ def test_retired_items_are_freed_on_the_producer_thread_and_dropped_on_close():
 
 
 def test_a_consumer_at_half_capacity_wakes_the_blocked_producer(monkeypatch):
+    """Only the consumer's wake-up can refill the buffer here: the producer's own poll is an hour. How fast the
+    wake-up is, against that poll, is measured in bench/prefetch.py (wall-clock: not asserted in a test)."""
     import loader.prefetch
 
-    monkeypatch.setattr(loader.prefetch, "_POLL_SECONDS", 3.0)  # the producer's own poll would take seconds
+    monkeypatch.setattr(loader.prefetch, "_POLL_SECONDS", 3600.0)
     source = CountingSource()
     pf = Prefetcher(source, 8)
     try:
         wait_until(lambda: pf.blocked_puts >= 1 and pf.depth() == 8)
-        time.sleep(0.1)  # the producer is inside its (3 s) wait
+        time.sleep(0.1)  # the producer is inside its wait
         for _ in range(3):  # 8 -> 5: above half, no wake-up: the producer keeps waiting
             next(pf)
         time.sleep(0.3)
         assert pf.depth() == 5
-        started = time.monotonic()
         next(pf)  # 5 -> 4 = capacity // 2: the consumer wakes it
-        wait_until(lambda: pf.depth() == 8, timeout=2.5)
-        assert time.monotonic() - started < 2.5
+        wait_until(lambda: pf.depth() == 8)  # (the timeout only stops a hung test)
     finally:
         monkeypatch.setattr(loader.prefetch, "_POLL_SECONDS", 0.05)
         assert pf.close()
