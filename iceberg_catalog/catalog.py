@@ -104,6 +104,15 @@ class CatalogConfig:
         return self.properties.get("type") == "sql" and str(self.properties.get("uri", "")).startswith("sqlite")
 
     @property
+    def sqlite_path(self) -> Path | None:
+        """The database file of an embedded SQLite catalog (None for any other catalog, in-memory included)."""
+        uri = str(self.properties.get("uri", ""))
+        if not self.is_embedded_sqlite or not uri.startswith("sqlite:///"):
+            return None
+        rest = uri.removeprefix("sqlite:///").split("?", 1)[0]
+        return None if not rest or rest.startswith(":memory:") else Path(rest)
+
+    @property
     def warehouse(self) -> str:
         return str(self.properties.get("warehouse", ""))
 
@@ -148,8 +157,8 @@ class CatalogConfig:
                 f"give the nodes that run tasks a TOKENLAKE_CATALOG file naming the same catalog"
             )
         if self.is_embedded_sqlite:
-            db = Path(str(self.properties["uri"]).removeprefix("sqlite:///"))
-            db.parent.mkdir(parents=True, exist_ok=True)
+            if self.sqlite_path is not None:
+                self.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
             wh = str(self.properties.get("warehouse", ""))
             if wh.startswith("file://"):
                 Path(wh.removeprefix("file://")).mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from contextlib import closing
-from pathlib import Path
 from urllib.parse import quote
 
 from pyiceberg.exceptions import NoSuchTableError
@@ -70,13 +69,13 @@ class ReadOnlyCatalog:
     def __init__(self, config: CatalogConfig) -> None:
         self.name = config.name
         self.properties = dict(config.properties)
-        self.db = sqlite_path(config)
+        self.db = config.sqlite_path
         if self.db is None:
             raise ValueError(f"{config.describe()} is not an embedded SQLite catalog")
         # metadata of a local warehouse is read with LocalFileIO; an S3 warehouse keeps pyiceberg's FileIO
         self._table_properties = (
             {**self.properties, "py-io-impl": LOCAL_FILE_IO}
-            if _local_path(str(self.properties.get("warehouse", ""))) is not None
+            if _local_path(config.warehouse) is not None
             else self.properties
         )
 
@@ -98,21 +97,11 @@ class ReadOnlyCatalog:
         return StaticTable.from_metadata(self.metadata_location(identifier), self._table_properties)
 
 
-def sqlite_path(config: CatalogConfig) -> Path | None:
-    """The database file of an embedded SQLite catalog (None for anything else, in-memory included)."""
-    if not config.is_embedded_sqlite:
-        return None
-    rest = str(config.properties.get("uri", "")).removeprefix("sqlite:///")
-    if not rest or rest.startswith(":memory:") or rest == str(config.properties.get("uri", "")):
-        return None
-    return Path(rest.split("?", 1)[0])
-
-
 def read_only_catalog(config: CatalogConfig | None = None):
     """A catalog to read tables from: `ReadOnlyCatalog` for an existing embedded SQLite catalog, else the
     configured pyiceberg catalog (opened without creating anything)."""
     config = config or CatalogConfig.resolve()
-    db = sqlite_path(config)
+    db = config.sqlite_path
     if db is not None and db.is_file():
         return ReadOnlyCatalog(config)
     return config.load()

@@ -357,6 +357,7 @@ class _Delivery:
     def __init__(self, loader: RunViewLoader) -> None:
         self._loader = loader
         self._it: Iterator[dict[str, Any]] | None = None
+        self._retire: Callable[[Any], None] | None = None  # the read-ahead's retire, when there is one
         self._closed = False
         # the last two batches handed out: when the third goes out, the training loop has let go of the first
         # (it rebinds its batch variable only after next() returns), which then goes back to the read-ahead
@@ -372,6 +373,7 @@ class _Delivery:
             if self._closed:
                 raise StopIteration
             it = self._it = self._loader._stream()
+            self._retire = getattr(it, "retire", None)
         t0 = time.perf_counter()
         try:
             batch = next(it)
@@ -392,18 +394,18 @@ class _Delivery:
         loader.meter.batch_delivered(batch["input_ids"].numel(), wait)
         if loader.log_every and loader._cursor % loader.log_every == 0:
             (loader.on_metrics or _log_metrics)(loader.metrics())
-        retire = getattr(it, "retire", None)
-        if retire is not None:
+        if self._retire is not None:
             held = self._held
             held.append(batch)
             if len(held) > 2:
-                retire(held.popleft())
+                self._retire(held.popleft())
         return batch
 
     def close(self) -> None:
         """Stop reading ahead (the prefetch thread, DataLoader workers); later `next()` calls end."""
         self._closed = True
         self._held.clear()
+        self._retire = None
         it, self._it = self._it, None
         if it is None:
             return

@@ -82,12 +82,6 @@ def _put(shared: _Shared, item: Any) -> bool:
                     return False
                 shared.producer_waiting = True
                 shared.cv.wait(_POLL_SECONDS)  # a wake-up missed by the consumer's unlocked check costs <= this
-                if shared.retired:
-                    shared.cv.release()  # free what was retired without holding the consumer's lock
-                    try:
-                        _release_retired(shared)
-                    finally:
-                        shared.cv.acquire()
             shared.producer_waiting = False
         if shared.stop.is_set():
             return False
@@ -164,8 +158,8 @@ class Prefetcher:
 
     def retire(self, item: Any) -> None:
         """Hand back an item the consumer no longer references: the producer thread drops it, so freeing its
-        memory (a batch: tensors, audit spans) does not happen inside the consumer's next step. At most about
-        `capacity` retired items wait; after close() they are dropped here."""
+        memory (a batch: tensors, audit spans) does not happen inside the consumer's next step. The producer
+        frees them before it builds each item; after close() they are dropped here."""
         if self._done:
             return
         self._shared.retired.append(item)
@@ -176,10 +170,8 @@ class Prefetcher:
             while not shared.items:
                 # a producer that ended leaves a sentinel unless it was stopped (close, or collected)
                 if shared.stop.is_set() or not self._thread.is_alive():
-                    if not shared.items:
-                        self._done = True
-                        raise StopIteration
-                    break
+                    self._done = True
+                    raise StopIteration
                 shared.consumer_waiting = True
                 if shared.producer_waiting:
                     shared.cv.notify_all()
