@@ -40,7 +40,7 @@ RSS_BUDGET = 1 << 30  # host RAM the slow-store child may use, imports included
 def served_digest(batches: list[dict]) -> str:
     h = hashlib.sha256()
     for b in batches:
-        h.update(json.dumps([b["step"], b["sample_indices"]]).encode())
+        h.update(json.dumps([b["step"], list(b["sample_indices"])]).encode())
     return h.hexdigest()
 
 
@@ -56,7 +56,7 @@ def run_loader(bundle: Path, props: dict | None, steps: int, args, cache: Path |
     peak_cache = 0
     t0 = time.perf_counter()
     for b in data:
-        batches.append({"step": b["step"], "sample_indices": b["sample_indices"]})
+        batches.append({"step": b["step"], "sample_indices": list(b["sample_indices"])})
         if first is None:
             first = time.perf_counter()
             cpu0 = time.process_time()  # every thread of this process (read-ahead, prefetch), after the first batch

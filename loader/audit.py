@@ -58,7 +58,7 @@ def batch_digest(batch: Mapping[str, Any]) -> str:
     for name in _DIGEST_TENSORS:
         h.update(name.encode())
         h.update(np.ascontiguousarray(batch[name].numpy().astype("<i8")).tobytes())
-    h.update(json.dumps(batch["documents"], separators=(",", ":")).encode())
+    h.update(json.dumps(list(batch["documents"]), separators=(",", ":")).encode())
     return h.hexdigest()
 
 

@@ -27,7 +27,8 @@ Batch dict (one per global step, this rank's G / world_size sequences of seq_len
   sequence_index: LongTensor [B], index of each sequence within its epoch;
   run_view_id, step (global), epoch, rank, world_size;
   documents: per sequence a list of (doc_id, token_start, token_end), the audit spans;
-  sample_indices: per sequence the sample_index of each of those spans (tells repetitions apart).
+  sample_indices: per sequence the sample_index of each of those spans (tells repetitions apart);
+  both read-only sequences built into those lists on first access (loader.spans: equal to the lists).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from loader.packing import (
     sequence_pieces,
     stream_offsets,
 )
+from loader.spans import AuditSpans, Pieces, SampleIndices
 from loader.view import RunView
 
 STATE_FORMAT = "tokenlake.loader_state"
@@ -310,12 +312,8 @@ class BatchPlan:
         self, step, epoch, rank, world_size, seqs, samples, packed: PackedBatch, n_steps: int = 1
     ) -> list[dict[str, Any]]:
         piece_samples = samples[packed.piece_document] if len(samples) else np.zeros(0, np.int64)
-        ids = self._doc_ids[piece_samples].tolist()
-        spans = list(zip(ids, packed.piece_start.tolist(), packed.piece_end.tolist(), strict=True))
-        sample_list = piece_samples.tolist()
-        bounds = np.searchsorted(packed.piece_sequence, np.arange(len(seqs) + 1)).tolist()
-        documents = [spans[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        sample_indices = [sample_list[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        bounds = np.searchsorted(packed.piece_sequence, np.arange(len(seqs) + 1))
+        pieces = Pieces(self._doc_ids, piece_samples, packed.piece_start, packed.piece_end, bounds)
         cu = packed.cu_seqlens
         seg_len = np.diff(cu)
         per = len(seqs) // n_steps
@@ -339,8 +337,8 @@ class BatchPlan:
                     "epoch": int(epoch),
                     "rank": int(rank),
                     "world_size": int(world_size),
-                    "documents": documents[rows],
-                    "sample_indices": sample_indices[rows],
+                    "documents": AuditSpans(pieces, rows.start, rows.stop),
+                    "sample_indices": SampleIndices(pieces, rows.start, rows.stop),
                 }
             )
             out.append(batch)

@@ -83,7 +83,7 @@ def worker(args: argparse.Namespace) -> None:
         counter += tokens
         loss = loss_sum.detach().clone()
         dist.all_reduce(loss)
-        log.write(json.dumps({"step": k, "documents": b["documents"], "tokens_seen": int(counter),
+        log.write(json.dumps({"step": k, "documents": list(b["documents"]), "tokens_seen": int(counter),
                               "loss": float(loss / n)}) + "\n")  # fmt: skip
         log.flush()  # in the page cache: survives the SIGKILL
         if rank == args.hang_rank and k == args.hang_after_step:
