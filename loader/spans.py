@@ -13,22 +13,24 @@ lists and pickle as plain lists; for `json.dumps`, `list(batch["documents"])` (o
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 
+@dataclass(frozen=True, slots=True)
 class Pieces:
     """The pieces of one packed read (several consecutive batches): per piece its sample, token_start and
-    token_end; `bounds[i]:bounds[i + 1]` are the pieces of the read's sequence i."""
+    token_end; `bounds[i]:bounds[i + 1]` are the pieces of the read's sequence i; `doc_ids` per sample."""
 
-    __slots__ = ("doc_ids", "samples", "start", "end", "bounds")
-
-    def __init__(
-        self, doc_ids: np.ndarray, samples: np.ndarray, start: np.ndarray, end: np.ndarray, bounds: np.ndarray
-    ) -> None:
-        self.doc_ids, self.samples, self.start, self.end, self.bounds = doc_ids, samples, start, end, bounds
+    doc_ids: np.ndarray
+    samples: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    bounds: np.ndarray
 
 
 class _PerSequence(Sequence):
@@ -40,16 +42,17 @@ class _PerSequence(Sequence):
         self._pieces, self._lo, self._hi = pieces, int(lo), int(hi)
         self._lists: list | None = None
 
+    @abstractmethod
     def _items(self, a: int, b: int) -> list:
-        raise NotImplementedError
+        """The entries of pieces [a, b), one per piece, in order."""
 
     def to_list(self) -> list[list]:
         """The plain lists (built once)."""
         lists = self._lists
         if lists is None:
-            bounds = self._pieces.bounds[self._lo : self._hi + 1].tolist()
-            lo = bounds[0] if bounds else 0
-            items = self._items(lo, bounds[-1] if bounds else 0)
+            bounds = self._pieces.bounds[self._lo : self._hi + 1].tolist()  # hi - lo + 1 entries
+            lo = bounds[0]
+            items = self._items(lo, bounds[-1])
             lists = self._lists = [items[a - lo : b - lo] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         return lists
 
