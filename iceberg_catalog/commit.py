@@ -36,6 +36,7 @@ from pyiceberg.table import Table
 
 from iceberg_catalog.credentials import portable, restored, same_warehouse
 from iceberg_catalog.schemas import TABLES, TableDef
+from iceberg_catalog.transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +382,7 @@ def commit_partition(
         try:
             with table_commit_lock(catalog_fingerprint, identifier):
                 table = catalog.load_table(identifier)
-                with table.transaction() as tx, warnings.catch_warnings():
+                with transaction(table) as tx, warnings.catch_warnings():
                     # "Delete operation did not match any records" on a first materialisation is expected.
                     warnings.filterwarnings("ignore", message="Delete operation did not match")
                     tx.delete(predicate, snapshot_properties=props)

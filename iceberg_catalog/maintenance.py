@@ -63,6 +63,7 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
 
 from iceberg_catalog.commit import table_commit_lock
+from iceberg_catalog.transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ def delete_rows(
                     rewrites.append(rewrite)
             if not rewrites:
                 return 0
-            with t.transaction() as tx:
+            with transaction(t) as tx:
                 with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
                     for r in rewrites:
                         overwrite.delete_data_file(r.old)
@@ -275,7 +276,7 @@ def drop_delete_manifests(
         if not delete_only:
             return None
         # a fast append carries over exactly the manifests that have added or existing files
-        with t.transaction() as tx:
+        with transaction(t) as tx:
             with tx.update_snapshot(snapshot_properties=props).fast_append():
                 pass
         return t.current_snapshot().snapshot_id

@@ -27,6 +27,7 @@ from pyiceberg.expressions import And, EqualTo, In
 from iceberg_catalog import Lakehouse
 from iceberg_catalog import run_view_contract as contract
 from iceberg_catalog.schemas import RUN_VIEW_SAMPLES, TOKENIZED_DOCUMENTS
+from iceberg_catalog.transaction import transaction
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,6 @@ def publish_layout(lakehouse: Lakehouse, run_view_id: str, manifest: Mapping, sa
     with lakehouse.commit_lock(RUN_VIEW_SAMPLES):
         table = lakehouse.table(RUN_VIEW_SAMPLES)
         if prop not in table.properties:
-            with table.transaction() as tx:
+            with transaction(table) as tx:
                 tx.set_properties({prop: f"{sha} {path}"})
     return path
