@@ -8,6 +8,13 @@ The consumer's `next()` is the data-wait a training step sees, so its common cas
 a deque (atomic under the GIL) and wakes a producer blocked on a full buffer only once the buffer has drained
 to half (one Condition round trip per capacity/2 items, not per item). Measured right after a 16 ms training
 step on a 2-core VM, where everything a woken thread touches is cold: queue.Queue.get ~66 us, a deque pop ~25.
+
+The same hysteresis on the other side: a consumer that found the buffer empty (it is faster than the producer)
+takes the next item once the buffer holds capacity/2 again, or `GATHER_SECONDS` after the first one arrived,
+or at the end, instead of waking for every item: a consumer woken per item takes the GIL from the producer
+thread once per item while it builds the next ones. Measured in process, the loader's 60 steps after its first
+batch with an infinitely fast consumer (interleaved, 8 rounds): 59.4M -> 72.3M tokens/s; over 400 steps no
+difference beyond noise (76.1M / 77.4M). The first item is taken as soon as it is there.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 
 _END = object()  # the producer's iterator is exhausted
 _POLL_SECONDS = 0.05  # how often a blocked put / get looks at the stop event (and recovers a missed wake-up)
+GATHER_SECONDS = 0.002  # the longest a consumer that caught up waits for more items once one is there
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -45,6 +53,7 @@ class _Shared:
         "stop",
         "producer_waiting",
         "consumer_waiting",
+        "wanted",
         "produced",
         "blocked_puts",
     )
@@ -58,6 +67,7 @@ class _Shared:
         self.stop = threading.Event()
         self.producer_waiting = False
         self.consumer_waiting = False
+        self.wanted = 1  # items a waiting consumer waits for (it is also woken by the first one)
         self.produced = 0
         self.blocked_puts = 0
 
@@ -72,8 +82,9 @@ def _release_retired(shared: _Shared) -> None:
             return
 
 
-def _put(shared: _Shared, item: Any) -> bool:
-    """Append `item`, blocking while the buffer is full; False when stopped before it fitted."""
+def _put(shared: _Shared, item: Any, final: bool = False) -> bool:
+    """Append `item`, blocking while the buffer is full; False when stopped before it fitted. A waiting consumer
+    is woken by the first item, by the `wanted`-th and by the `final` one (the end or a failure)."""
     with shared.cv:
         if len(shared.items) >= shared.capacity:
             shared.blocked_puts += 1
@@ -86,7 +97,7 @@ def _put(shared: _Shared, item: Any) -> bool:
         if shared.stop.is_set():
             return False
         shared.items.append(item)
-        if shared.consumer_waiting:
+        if shared.consumer_waiting and (final or len(shared.items) in (1, shared.wanted)):
             shared.cv.notify_all()
     return True
 
@@ -103,9 +114,9 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
             if shared.stop.is_set() or not _put(shared, item):
                 return
             shared.produced += 1
-        _put(shared, _END)
+        _put(shared, _END, final=True)
     except BaseException as exc:  # noqa: BLE001 - everything the producer raises belongs to the consumer
-        _put(shared, _Failure(exc))
+        _put(shared, _Failure(exc), final=True)
     finally:
         close = getattr(iterator, "close", None)
         if close is not None:  # a generator's finally blocks (open files) run on the thread that ran it
@@ -165,19 +176,35 @@ class Prefetcher:
         self._shared.retired.append(item)
 
     def _wait_for_item(self) -> Any:
+        """The next item, once the buffer holds `wanted` items, or GATHER_SECONDS after the first arrived, or the
+        producer ended (see the module doc); the first item of the stream as soon as it is there."""
         shared = self._shared
+        items = shared.items
+        wanted = 1 if self.consumed == 0 else max(1, self.capacity // 2)
+        gather_until = None
         with shared.cv:
-            while not shared.items:
+            while len(items) < wanted:
+                if items and (items[-1] is _END or isinstance(items[-1], _Failure)):
+                    break
                 # a producer that ended leaves a sentinel unless it was stopped (close, or collected)
                 if shared.stop.is_set() or not self._thread.is_alive():
+                    if items:
+                        break
                     self._done = True
                     raise StopIteration
-                shared.consumer_waiting = True
+                timeout = _POLL_SECONDS
+                if items:
+                    now = time.perf_counter()
+                    gather_until = gather_until or now + GATHER_SECONDS
+                    if now >= gather_until:
+                        break
+                    timeout = gather_until - now
+                shared.consumer_waiting, shared.wanted = True, wanted
                 if shared.producer_waiting:
                     shared.cv.notify_all()
-                shared.cv.wait(_POLL_SECONDS)
+                shared.cv.wait(timeout)
             shared.consumer_waiting = False
-            return shared.items.popleft()
+            return items.popleft()
 
     @property
     def produced(self) -> int:

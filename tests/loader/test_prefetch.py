@@ -194,3 +194,41 @@ def test_a_consumer_at_half_capacity_wakes_the_blocked_producer(monkeypatch):
     finally:
         monkeypatch.setattr(loader.prefetch, "_POLL_SECONDS", 0.05)
         assert pf.close()
+
+
+def test_a_waiting_consumer_is_woken_by_the_first_item_the_wanted_one_and_the_end(monkeypatch):
+    """The consumer that caught up is not woken for every item (module doc): only the first (its gather window
+    starts), the one that makes `wanted` and the end."""
+    import loader.prefetch as lp
+
+    shared = lp._Shared(8)
+    shared.consumer_waiting, shared.wanted = True, 4
+    woken = []
+    monkeypatch.setattr(shared.cv, "notify_all", lambda: woken.append(len(shared.items)))
+    for i in range(6):
+        assert lp._put(shared, i)
+    assert woken == [1, 4]
+    assert lp._put(shared, lp._END, final=True)
+    assert woken == [1, 4, 7]
+
+
+def test_a_producer_that_waits_for_the_consumer_still_gets_each_item_through():
+    """Item k + 1 is built only after the consumer took item k, so the buffer never holds half its capacity: the
+    consumer's wait for more is bounded (GATHER_SECONDS) and every item arrives (a hang fails the test)."""
+    taken = [threading.Event() for _ in range(20)]
+
+    def lockstep():
+        for k in range(20):
+            yield k
+            if not taken[k].wait(10):
+                return
+
+    pf = Prefetcher(lockstep(), 8)
+    got = []
+    try:
+        for k in range(20):
+            got.append(next(pf))
+            taken[k].set()
+    finally:
+        assert pf.close()
+    assert got == list(range(20))
