@@ -800,10 +800,12 @@ class RunViewLoader:
         on_metrics: Callable[[dict], None] | None = None,
     ):
         """`num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
-        (loader.prefetch.Prefetcher, 0 = none); `pin_memory`: tensors in page-locked host memory (when an
-        accelerator is present; a no-op on CPU-only machines); `metrics`: a loader.metrics.LoaderMetrics to
-        record into (default: a new one; `metrics()` reports); every `log_every` steps `on_metrics(metrics())`
-        is called (default: logged at INFO on the "loader" logger)."""
+        (loader.prefetch.Prefetcher, 0 = none; while the loop takes batches faster than the thread makes them,
+        they are built in the loop's own thread, which is faster under the GIL; `metrics()["readahead"]`);
+        `pin_memory`: tensors in page-locked host memory (when an accelerator is present; a no-op on CPU-only
+        machines); `metrics`: a loader.metrics.LoaderMetrics to record into (default: a new one; `metrics()`
+        reports); every `log_every` steps `on_metrics(metrics())` is called (default: logged at INFO on the
+        "loader" logger)."""
         metrics = LoaderMetrics() if metrics is None else metrics
         if hasattr(view.source, "on_read"):
             # a copy of the view whose reader reports row-group read latency to `metrics` (reads in this process
@@ -868,7 +870,7 @@ class RunViewLoader:
         if self.prefetch:
             from loader.prefetch import Prefetcher
 
-            it = self.prefetcher = Prefetcher(it, self.prefetch)
+            it = self.prefetcher = Prefetcher(it, self.prefetch, adaptive=True)
         return it
 
     def metrics(self, gather: bool = False) -> dict:
@@ -890,8 +892,13 @@ class RunViewLoader:
         }
         readers = [r for r in (self.dataset.reader_summary(disk=False), *self._worker_readers.values()) if r]
         out.update(merge_reader_summaries(readers))
-        depth = self.prefetcher.depth() if self.prefetcher is not None else 0
+        pf = self.prefetcher
+        depth = pf.depth() if pf is not None else 0
         out["queue_depth"] = depth + sum(int(r.get("queue_depth", 0)) for r in readers)
+        # the read-ahead thread, or batches built in the training loop's thread while it takes them faster than
+        # the thread makes them (loader.prefetch, adaptive)
+        out["readahead"] = "off" if pf is None else "inline" if pf.inline else "thread"
+        out["readahead_switches"] = pf.switches if pf is not None else 0
         storage = getattr(self.plan.view.source, "storage", None)
         if storage is not None and storage.cache_dir:
             from loader.storage import NodeCache

@@ -15,6 +15,17 @@ or at the end, instead of waking for every item: a consumer woken per item takes
 thread once per item while it builds the next ones. Measured in process, the loader's 60 steps after its first
 batch with an infinitely fast consumer (interleaved, 8 rounds): 59.4M -> 72.3M tokens/s; over 400 steps no
 difference beyond noise (76.1M / 77.4M). The first item is taken as soon as it is there.
+
+`adaptive=True` (the loader's setting) also stops reading ahead where it cannot help. A producer thread only
+overlaps with a consumer that spends its time outside the GIL (a training step on an accelerator, sleeping,
+I/O); a consumer that takes each item at once gains nothing from it and pays the thread's hand-overs: on this
+2-core VM the loader's in-process rate with its read-ahead thread moved between 55M and 84M tokens/s from run
+to run, against 85-95M building in the consumer's own thread. So over each window of `2 * capacity` items (at
+least `MIN_WINDOW`) the Prefetcher compares the consumer's time away (between its `next()` calls) with what it
+waited for: under `INLINE_BELOW` of the two, the producer is paused at its next item and the consumer builds
+the items itself, after the buffered ones; building inline, when the time away reaches `THREAD_ABOVE` of the
+build time, the thread is started again. The order of items never changes (one iterator, advanced by one
+thread at a time).
 """
 
 from __future__ import annotations
@@ -28,6 +39,9 @@ from typing import Any
 _END = object()  # the producer's iterator is exhausted
 _POLL_SECONDS = 0.05  # how often a blocked put / get looks at the stop event (and recovers a missed wake-up)
 GATHER_SECONDS = 0.002  # the longest a consumer that caught up waits for more items once one is there
+INLINE_BELOW = 0.1  # adaptive: build inline when time away < this share of (away + waited) over a window
+THREAD_ABOVE = 0.5  # adaptive: read ahead again when time away > this share of the inline build time
+MIN_WINDOW = 16  # adaptive: items a decision looks at, at least (the loader builds 8 steps at a time)
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -51,6 +65,8 @@ class _Shared:
         "low",
         "cv",
         "stop",
+        "pause",
+        "iterator_closed",
         "producer_waiting",
         "consumer_waiting",
         "wanted",
@@ -65,6 +81,8 @@ class _Shared:
         self.low = capacity // 2  # the consumer wakes a blocked producer at or below this many items
         self.cv = threading.Condition(threading.Lock())
         self.stop = threading.Event()
+        self.pause = threading.Event()  # adaptive: the producer returns before its next item, iterator open
+        self.iterator_closed = False
         self.producer_waiting = False
         self.consumer_waiting = False
         self.wanted = 1  # items a waiting consumer waits for (it is also woken by the first one)
@@ -91,6 +109,8 @@ def _put(shared: _Shared, item: Any, final: bool = False) -> bool:
             while len(shared.items) >= shared.capacity:
                 if shared.stop.is_set():
                     return False
+                if shared.pause.is_set():  # the consumer waits for this thread to end: one item over
+                    break
                 shared.producer_waiting = True
                 shared.cv.wait(_POLL_SECONDS)  # a wake-up missed by the consumer's unlocked check costs <= this
             shared.producer_waiting = False
@@ -102,11 +122,26 @@ def _put(shared: _Shared, item: Any, final: bool = False) -> bool:
     return True
 
 
+def _close_iterator(iterator: Iterator[Any], shared: _Shared) -> None:
+    shared.iterator_closed = True
+    close = getattr(iterator, "close", None)
+    if close is not None:  # a generator's finally blocks (open files) run on the thread that ran it
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - shutdown of a source that already failed or ended
+            pass
+
+
 def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
-    """The producer thread: every item of `iterator`, then _END, or a _Failure with what it raised."""
+    """The producer thread: every item of `iterator`, then _END, or a _Failure with what it raised; when
+    paused, it returns before its next item and leaves the iterator open for the consumer."""
+    paused = False
     try:
         while True:
             _release_retired(shared)  # before building the next item: its memory can then be reused for it
+            if shared.pause.is_set():
+                paused = True
+                return
             try:
                 item = next(iterator)
             except StopIteration:
@@ -118,28 +153,39 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
     except BaseException as exc:  # noqa: BLE001 - everything the producer raises belongs to the consumer
         _put(shared, _Failure(exc), final=True)
     finally:
-        close = getattr(iterator, "close", None)
-        if close is not None:  # a generator's finally blocks (open files) run on the thread that ran it
-            try:
-                close()
-            except Exception:  # noqa: BLE001 - shutdown of a source that already failed or ended
-                pass
+        if not paused:
+            _close_iterator(iterator, shared)
 
 
 class Prefetcher:
-    """Iterate `iterable` on a daemon thread, at most `capacity` items ahead of the consumer."""
+    """Iterate `iterable` on a daemon thread, at most `capacity` items ahead of the consumer; `adaptive`: in the
+    consumer's own thread while the consumer takes items faster than the thread makes them (module doc)."""
 
-    def __init__(self, iterable: Iterable[Any], capacity: int, *, name: str = "tokenlake-prefetch") -> None:
+    def __init__(
+        self, iterable: Iterable[Any], capacity: int, *, name: str = "tokenlake-prefetch", adaptive: bool = False
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"Prefetcher capacity must be an int >= 1, got {capacity!r}")
         self.capacity = capacity
+        self.adaptive = bool(adaptive)
+        self._iterator = iter(iterable)
+        self._name = name
         self._shared = _Shared(capacity)
         self._done = False  # the consumer has seen the end or an error, or closed
         self.consumed = 0
-        self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__
+        self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__ (or building inline)
         self.last_wait_seconds = 0.0
-        self._thread = threading.Thread(target=_produce, args=(iter(iterable), self._shared), name=name, daemon=True)
-        self._thread.start()
+        self.inline = False  # adaptive: the consumer builds the items itself (no thread running)
+        self.switches = 0  # adaptive: changes between reading ahead and building inline
+        self._window = [0, 0.0, 0.0]  # adaptive: items, seconds away, seconds waited (or built) in this window
+        self._returned_at: float | None = None
+        self._thread = self._start()
+
+    def _start(self) -> threading.Thread:
+        self._shared.pause.clear()
+        thread = threading.Thread(target=_produce, args=(self._iterator, self._shared), name=self._name, daemon=True)
+        thread.start()
+        return thread
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -149,15 +195,20 @@ class Prefetcher:
             raise StopIteration
         shared = self._shared
         started = time.perf_counter()
-        try:
-            item = shared.items.popleft()  # the common case: no lock
-        except IndexError:
-            item = self._wait_for_item()
-        if shared.producer_waiting and len(shared.items) <= shared.low:
-            with shared.cv:
-                shared.cv.notify_all()
+        if self.inline:
+            item = self._build_inline()
+        else:
+            try:
+                item = shared.items.popleft()  # the common case: no lock
+            except IndexError:
+                item = self._wait_for_item()
+            if shared.producer_waiting and len(shared.items) <= shared.low:
+                with shared.cv:
+                    shared.cv.notify_all()
         self.last_wait_seconds = time.perf_counter() - started
         self.wait_seconds += self.last_wait_seconds
+        if self.adaptive and item is not _END and not isinstance(item, _Failure):
+            self._adapt(started)
         if item is _END:
             self._done = True
             raise StopIteration
@@ -167,10 +218,62 @@ class Prefetcher:
         self.consumed += 1
         return item
 
+    def _build_inline(self) -> Any:
+        """The next item in the consumer's thread: what the paused producer left in the buffer first."""
+        shared = self._shared
+        if shared.items:
+            return shared.items.popleft()
+        _release_retired(shared)  # what the producer thread would free before its next item: the loader's work
+        try:
+            item = next(self._iterator)
+        except StopIteration:
+            _close_iterator(self._iterator, shared)
+            return _END
+        except BaseException as exc:  # noqa: BLE001 - raised to the consumer, like the producer's
+            _close_iterator(self._iterator, shared)
+            return _Failure(exc)
+        shared.produced += 1
+        return item
+
+    def _adapt(self, started: float) -> None:
+        """Count this item into the window (time away since the last item was returned, time in this `next()`);
+        at the window's end pause or restart the producer (module doc)."""
+        now = time.perf_counter()
+        window = self._window
+        if self.inline and self._shared.items:  # still serving what the producer left: nothing built, not counted
+            self._returned_at = now
+            return
+        if self._returned_at is not None:
+            window[0] += 1
+            window[1] += started - self._returned_at
+            window[2] += now - started
+        self._returned_at = now
+        if window[0] < max(2 * self.capacity, MIN_WINDOW):
+            return
+        away, spent = window[1], window[2]
+        self._window = [0, 0.0, 0.0]
+        if not self.inline and away < INLINE_BELOW * (away + spent):
+            self._pause()
+        elif self.inline and away > THREAD_ABOVE * spent:
+            self.inline = False
+            self.switches += 1
+            self._thread = self._start()
+
+    def _pause(self) -> None:
+        """Stop the producer before its next item (it finishes the one it is building) and build inline."""
+        shared = self._shared
+        shared.pause.set()
+        with shared.cv:
+            shared.cv.notify_all()
+        self._thread.join()  # (had it ended meanwhile, its end or failure is the buffer's last item)
+        self.inline = True
+        self.switches += 1
+
     def retire(self, item: Any) -> None:
         """Hand back an item the consumer no longer references: the producer thread drops it, so freeing its
         memory (a batch: tensors, audit spans) does not happen inside the consumer's next step. The producer
-        frees them before it builds each item; after close() they are dropped here."""
+        frees them before it builds each item (building inline, the consumer does, in the same place); after
+        close() they are dropped here."""
         if self._done:
             return
         self._shared.retired.append(item)
@@ -240,6 +343,8 @@ class Prefetcher:
             if not self._thread.is_alive() or time.monotonic() >= deadline:
                 break
         self._drain()
+        if not self._thread.is_alive() and not self._shared.iterator_closed:  # paused: built inline
+            _close_iterator(self._iterator, self._shared)
         return not self._thread.is_alive()
 
     def _drain(self) -> None:

@@ -232,3 +232,75 @@ def test_a_producer_that_waits_for_the_consumer_still_gets_each_item_through():
     finally:
         assert pf.close()
     assert got == list(range(20))
+
+
+class Timed:
+    """A source whose items take `build_s` seconds of CPU-free time each (sleeping stands for reading)."""
+
+    def __init__(self, n: int, build_s: float = 0.0, fail_at: int | None = None) -> None:
+        self.n, self.build_s, self.fail_at = n, build_s, fail_at
+        self.threads: list[str] = []
+        self.closed = threading.Event()
+
+    def __iter__(self):
+        try:
+            for i in range(self.n):
+                if i == self.fail_at:
+                    raise RuntimeError(f"row group {i} unreadable")
+                time.sleep(self.build_s)
+                self.threads.append(threading.current_thread().name)
+                yield i
+        finally:
+            self.closed.set()
+
+
+def test_adaptive_builds_inline_for_a_fast_consumer_and_reads_ahead_again_for_a_slow_one():
+    """A consumer that takes items at once gets them built in its own thread after the first window; one that
+    works between items gets the read-ahead thread back; the items arrive in order throughout."""
+    source = Timed(200, build_s=0.002)
+    pf = Prefetcher(source, 4, adaptive=True)
+    got = [next(pf) for _ in range(60)]  # no work between items: the consumer waits for every one
+    assert pf.inline and pf.switches == 1
+    inline_built = source.threads[-10:]
+    for _ in range(40):  # 10 ms of work per item: reading ahead overlaps it
+        got.append(next(pf))
+        time.sleep(0.01)
+    assert not pf.inline and pf.switches == 2
+    got.extend(pf)
+    assert got == list(range(200))
+    assert set(inline_built) == {threading.current_thread().name}
+    assert "tokenlake-prefetch" in source.threads
+    assert source.closed.is_set() and pf.close()
+
+
+def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
+    source = Timed(100, build_s=0.001, fail_at=50)  # the consumer waits for every item: built inline soon
+    pf = Prefetcher(source, 2, adaptive=True)
+    got = []
+    with pytest.raises(RuntimeError, match="row group 50 unreadable"):
+        for item in pf:
+            got.append(item)
+    assert got == list(range(50)) and pf.switches >= 1
+    assert source.closed.is_set()
+    with pytest.raises(StopIteration):
+        next(pf)
+
+    source = Timed(10**6, build_s=0.001)
+    pf = Prefetcher(source, 2, adaptive=True)
+    for _ in range(30):
+        next(pf)
+    assert pf.inline  # paused: the producer thread ended and left the source open for the consumer
+    assert not source.closed.is_set()
+    assert pf.close() and source.closed.is_set()  # close() closes it in the consumer's thread
+
+
+def test_pausing_a_producer_blocked_on_a_full_buffer_does_not_deadlock():
+    source = CountingSource()
+    pf = Prefetcher(source, 2, adaptive=True)
+    try:
+        wait_until(lambda: pf.blocked_puts >= 1)
+        pf._pause()  # the consumer joins the producer: it must leave its blocked put (one item over)
+        assert pf.inline
+        assert [next(pf) for _ in range(6)] == list(range(6))
+    finally:
+        assert pf.close()
