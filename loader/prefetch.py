@@ -311,7 +311,7 @@ class Prefetcher:
 
     @property
     def produced(self) -> int:
-        """Items the producer has put into the buffer so far."""
+        """Items built so far: put into the buffer by the producer thread, or built inline (adaptive)."""
         return self._shared.produced
 
     @property

@@ -42,7 +42,7 @@ from orchestration.demo import discover_segments
 
 kill_at, key, crawl = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 CODE = commit_partition.__code__
-calls, windows, open_ = 0, [], []
+calls, windows, open_, mids, wrote = 0, [], [], [], []
 
 def count(frame, event, arg):
     global calls
@@ -52,8 +52,13 @@ def count(frame, event, arg):
             os.kill(os.getpid(), signal.SIGKILL)
         if frame.f_code is CODE:
             open_.append(calls)
+        elif open_ and not wrote and frame.f_code.co_name == "create" and "pyiceberg/io" in frame.f_code.co_filename:
+            wrote.append(calls)  # the commit's first metadata object (its data files were written before)
+        elif open_ and frame.f_code.co_name == "commit_table" and wrote:
+            mids.append((wrote.pop(), calls))  # ... up to the catalog swap: a kill here is mid-commit
     elif event == "return" and frame.f_code is CODE and open_:
         windows.append((open_.pop(), calls))
+        wrote.clear()
 
 defs = build_defs(crawl)
 job = defs.resolve_job_def("raw_ingest")
@@ -62,7 +67,7 @@ with dg.DagsterInstance.ephemeral() as instance:
     sys.setprofile(count)
     res = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=False)
     sys.setprofile(None)
-print("RESULT", json.dumps({"calls": calls, "windows": windows, "success": res.success}), flush=True)
+print("RESULT", json.dumps({"calls": calls, "windows": windows, "mids": mids, "success": res.success}), flush=True)
 """
 
 
@@ -116,10 +121,15 @@ def test_sigkill_mid_commit_leaves_no_partial_commit_and_the_rerun_is_idempotent
     run_child(env, 0)  # the first run also creates namespaces and tables: more calls than a rerun
     lakehouse = Lakehouse(CatalogConfig("tokenlake", props))
     want = {t.identifier: table_digest(lakehouse, t) for t in RAW}
-    windows = run_child(env, 0)["windows"]  # calibration: a rerun, as every kill run is
-    assert len(windows) == 2, windows  # one commit per raw table
+    calibration = run_child(env, 0)  # a rerun, as every kill run is
+    windows, mids = calibration["windows"], calibration["mids"]
+    assert len(windows) == 2 and len(mids) == 2, calibration  # one commit per raw table
     rng = random.Random(SEED)
-    points = sorted(rng.randint(lo, hi) for lo, hi in (rng.choice(windows) for _ in range(IN_COMMIT)))
+    # anywhere in a commit, between its first metadata write and its catalog swap (a small share of its calls
+    # since pyiceberg's metadata copies are gone), and on entering each swap: manifests written, catalog not
+    points = sorted(rng.randint(lo, hi) for lo, hi in (rng.choice(windows) for _ in range(IN_COMMIT // 2)))
+    points += sorted(rng.randint(lo, hi) for lo, hi in (rng.choice(mids) for _ in range(IN_COMMIT // 2)))
+    points += [swap for _, swap in mids]
     points += [rng.randint(windows[0][0] // 2, windows[0][0] - 1) for _ in range(BEFORE_COMMIT)]
     killed = committed_before_death = mid_commit = 0
     strays: list[str] = []
