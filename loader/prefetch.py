@@ -100,9 +100,14 @@ def _release_retired(shared: _Shared) -> None:
             return
 
 
-def _put(shared: _Shared, item: Any, final: bool = False) -> bool:
+def _is_final(item: Any) -> bool:
+    """The last item the consumer gets from a stream: its end or the producer's failure."""
+    return item is _END or isinstance(item, _Failure)
+
+
+def _put(shared: _Shared, item: Any) -> bool:
     """Append `item`, blocking while the buffer is full; False when stopped before it fitted. A waiting consumer
-    is woken by the first item, by the `wanted`-th and by the `final` one (the end or a failure)."""
+    is woken by the first item, by the `wanted`-th and by the final one (the end or a failure)."""
     with shared.cv:
         if len(shared.items) >= shared.capacity:
             shared.blocked_puts += 1
@@ -117,7 +122,7 @@ def _put(shared: _Shared, item: Any, final: bool = False) -> bool:
         if shared.stop.is_set():
             return False
         shared.items.append(item)
-        if shared.consumer_waiting and (final or len(shared.items) in (1, shared.wanted)):
+        if shared.consumer_waiting and (len(shared.items) in (1, shared.wanted) or _is_final(item)):
             shared.cv.notify_all()
     return True
 
@@ -149,9 +154,9 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
             if shared.stop.is_set() or not _put(shared, item):
                 return
             shared.produced += 1
-        _put(shared, _END, final=True)
+        _put(shared, _END)
     except BaseException as exc:  # noqa: BLE001 - everything the producer raises belongs to the consumer
-        _put(shared, _Failure(exc), final=True)
+        _put(shared, _Failure(exc))
     finally:
         if not paused:
             _close_iterator(iterator, shared)
@@ -178,6 +183,7 @@ class Prefetcher:
         self.inline = False  # adaptive: the consumer builds the items itself (no thread running)
         self.switches = 0  # adaptive: changes between reading ahead and building inline
         self._window = [0, 0.0, 0.0]  # adaptive: items, seconds away, seconds waited (or built) in this window
+        self._window_items = max(2 * capacity, MIN_WINDOW)  # adaptive: items a decision looks at
         self._returned_at: float | None = None
         self._thread = self._start()
 
@@ -207,7 +213,7 @@ class Prefetcher:
                     shared.cv.notify_all()
         self.last_wait_seconds = time.perf_counter() - started
         self.wait_seconds += self.last_wait_seconds
-        if self.adaptive and item is not _END and not isinstance(item, _Failure):
+        if self.adaptive and not _is_final(item):
             self._adapt(started)
         if item is _END:
             self._done = True
@@ -248,16 +254,14 @@ class Prefetcher:
             window[1] += started - self._returned_at
             window[2] += now - started
         self._returned_at = now
-        if window[0] < max(2 * self.capacity, MIN_WINDOW):
+        if window[0] < self._window_items:
             return
         away, spent = window[1], window[2]
         self._window = [0, 0.0, 0.0]
         if not self.inline and away < INLINE_BELOW * (away + spent):
             self._pause()
         elif self.inline and away > THREAD_ABOVE * spent:
-            self.inline = False
-            self.switches += 1
-            self._thread = self._start()
+            self._resume()
 
     def _pause(self) -> None:
         """Stop the producer before its next item (it finishes the one it is building) and build inline."""
@@ -268,6 +272,12 @@ class Prefetcher:
         self._thread.join()  # (had it ended meanwhile, its end or failure is the buffer's last item)
         self.inline = True
         self.switches += 1
+
+    def _resume(self) -> None:
+        """Read ahead on a new producer thread again, from where the consumer's inline building left off."""
+        self.inline = False
+        self.switches += 1
+        self._thread = self._start()
 
     def retire(self, item: Any) -> None:
         """Hand back an item the consumer no longer references: the producer thread drops it, so freeing its
@@ -287,7 +297,7 @@ class Prefetcher:
         gather_until = None
         with shared.cv:
             while len(items) < wanted:
-                if items and (items[-1] is _END or isinstance(items[-1], _Failure)):
+                if items and _is_final(items[-1]):
                     break
                 # a producer that ended leaves a sentinel unless it was stopped (close, or collected)
                 if shared.stop.is_set() or not self._thread.is_alive():

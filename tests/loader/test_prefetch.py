@@ -208,7 +208,7 @@ def test_a_waiting_consumer_is_woken_by_the_first_item_the_wanted_one_and_the_en
     for i in range(6):
         assert lp._put(shared, i)
     assert woken == [1, 4]
-    assert lp._put(shared, lp._END, final=True)
+    assert lp._put(shared, lp._END)
     assert woken == [1, 4, 7]
 
 
