@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader.prefetch import CLOSE_TIMEOUT_SECONDS, Prefetcher
+from loader.prefetch import CLOSE_TIMEOUT_SECONDS, FIRST_WINDOW, MIN_WINDOW, Prefetcher
 
 
 def wait_until(predicate, timeout: float = 10.0) -> None:
@@ -271,6 +271,29 @@ def test_adaptive_builds_inline_for_a_fast_consumer_and_reads_ahead_again_for_a_
     assert set(inline_built) == {threading.current_thread().name}
     assert "tokenlake-prefetch" in source.threads
     assert source.closed.is_set() and pf.close()
+
+
+def test_adaptive_first_decision_comes_after_the_first_window_later_ones_after_full_windows():
+    """A fast consumer is building inline once FIRST_WINDOW items after its first have been counted (a short
+    training run should not spend its first 16 batches handing each over between threads); a slow one keeps
+    the read-ahead thread through that decision."""
+    assert FIRST_WINDOW == 9 < MIN_WINDOW  # one 8-step build and the wait for the next
+    source = Timed(200, build_s=0.002)
+    pf = Prefetcher(source, 8, adaptive=True)
+    for _ in range(9):
+        next(pf)
+    assert not pf.inline  # the first item is not counted: its wait is the start, not the consumer's pace
+    next(pf)
+    assert pf.inline and pf.switches == 1
+    assert pf._window_items == max(2 * 8, MIN_WINDOW)
+    assert pf.close()
+
+    pf = Prefetcher(Timed(200, build_s=0.001), 8, adaptive=True)
+    for _ in range(FIRST_WINDOW + 2):
+        next(pf)
+        time.sleep(0.01)
+    assert not pf.inline and pf.switches == 0
+    assert pf.close()
 
 
 def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
