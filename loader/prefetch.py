@@ -23,11 +23,11 @@ I/O); a consumer that takes each item at once gains nothing from it and pays the
 to run, against 85-95M building in the consumer's own thread. So over each window of `2 * capacity` items (at
 least `MIN_WINDOW`; the first decision after `FIRST_WINDOW` items, so that a short run does not spend its
 first 16 batches on hand-overs: 75.2M -> 90.0M tokens/s, median of 12 rounds of the loader bench's 60 steps,
-with an unchanged data-wait for a slow consumer) the Prefetcher compares the consumer's time away (between its `next()` calls) with what it
-waited for: under `INLINE_BELOW` of the two, the producer is paused at its next item and the consumer builds
-the items itself, after the buffered ones; building inline, when the time away reaches `THREAD_ABOVE` of the
-build time, the thread is started again. The order of items never changes (one iterator, advanced by one
-thread at a time).
+with an unchanged data-wait for a slow consumer) the Prefetcher compares the consumer's time away (between its
+`next()` calls) with what it waited for: under `INLINE_BELOW` of the two, the producer is paused at its next
+item and the consumer builds the items itself, after the buffered ones; building inline, when the time away
+reaches `THREAD_ABOVE` of the build time, the thread is started again. The order of items never changes (one
+iterator, advanced by one thread at a time).
 """
 
 from __future__ import annotations
