@@ -18,8 +18,8 @@ with the project's own store code (candidate, blocking checks, approval):
      thread, and with 2 DataLoader worker processes (aggregate / 2 = per worker, over `--worker-steps` steps
      after each worker's first item: a worker hands over two block windows of steps at a time);
    - where ours spends its CPU (untimed pass, in process without read-ahead): thread CPU ns per token of the
-     row-group read, the arena, the gather, the packing, the tensors and audit spans, and the rest
-     (`cpu_breakdown_ns_per_token` in the JSON);
+     row-group read, the per-document checks, the window gather, the packing, the tensors and audit spans, and
+     the rest (`cpu_breakdown_ns_per_token` in the JSON);
    - MosaicML streaming (`StreamingDataset`, local MDS shards of the same tokens cut into seq_len samples,
      shuffled, decoded to input_ids and labels), in its own venv `bench/out/venvs/mosaic-streaming` made here
      from PyPI (torch pinned to the local CPU wheel); when it does not install, the output says so.
@@ -322,8 +322,8 @@ def loader_round(
 # timed ones it calls
 BREAKDOWN = (
     ("row-group read, decode, row-group sha256", "loader.view", "RowGroupSource", "row_group_entry"),
-    ("arena and per-document checks", "loader.view", "RowGroupSource", "locate"),
-    ("gather (stream tokens out of the arena)", "loader.dataset", None, "gather_stream"),
+    ("per-document checks", "loader.view", "RowGroupSource", "check"),
+    ("window gather (documents in serving order)", "loader.view", "RowGroupSource", "read_stream"),
     ("packing (five int64 arrays, cu_seqlens, pieces)", "loader.dataset", None, "pack_batch"),
     ("tensors and audit spans", "loader.dataset", "BatchPlan", "_collate"),
 )

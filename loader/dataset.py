@@ -66,7 +66,6 @@ from loader.packing import (
     BlockPool,
     PackedBatch,
     check_policy,
-    gather_stream,
     pack_batch,
     sequence_pieces,
     stream_offsets,
@@ -78,6 +77,7 @@ STATE_FORMAT = "tokenlake.loader_state"
 STATE_VERSION = 1
 DEFAULT_PREFETCH = 8  # batches read ahead (40 bytes a token each): covers a block window's decode burst (8 row groups)
 _EPOCHS_CACHED = 2
+_WINDOWS_KEPT = 2  # block windows' token streams kept per plan: a read straddling two windows finds both
 # A DataLoader worker hands over a chunk of consecutive steps per item (compact: ~2 bytes a token): the steps of
 # WORKER_CHUNK_WINDOWS whole block windows (`BatchPlan.worker_chunks`; a step that straddles two windows reads
 # both, so one window per chunk would still have every worker decode most row groups), at least
@@ -132,6 +132,14 @@ class BatchPlan:
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._doc_ids = np.asarray(view.doc_ids, dtype=object)
         self._pool = BLOCK_POOL  # packed blocks reused once the batches made from them are dropped
+        # (epoch, window) -> (first order position held, its stream offset, the tokens from there to the window's
+        # end in serving order): the last few block windows read (`_window_tokens`)
+        self._windows: OrderedDict[tuple[int, int], tuple[int, int, np.ndarray]] = OrderedDict()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_windows"] = OrderedDict()  # tokens stay in their process
+        return state
 
     @property
     def global_batch_size(self) -> int:
@@ -157,15 +165,16 @@ class BatchPlan:
         """(sample indices in serving order, stream offsets of those samples) for `epoch` (cached)."""
         return self._epoch(epoch)[:2]
 
-    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(order, stream offsets, the steps of the epoch where a block window begins), cached."""
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(order, stream offsets, the steps of the epoch where a block window begins, the order positions where
+        one begins followed by the number of samples), cached."""
         if epoch in self._epochs:
             return self._epochs[epoch]
         order, window_starts = epoch_windows(self.view.block_ids, self.view.manifest_sha256, self.seed, epoch)
         offsets = stream_offsets(self.view.n_tokens[order])
         step_tokens = self.schedule.global_batch_size * self.seq_len
         window_steps = np.unique(offsets[window_starts] // step_tokens)
-        layout = (order, offsets, window_steps)
+        layout = (order, offsets, window_steps, np.append(window_starts, len(order)))
         self._epochs[epoch] = layout
         while len(self._epochs) > _EPOCHS_CACHED:
             self._epochs.popitem(last=False)
@@ -258,7 +267,7 @@ class BatchPlan:
             "sequences": (seqs.start, seqs.stop),
             "t_lo": int(t_lo),
             "total": int(offsets[-1]),
-            "stream": self._gather(samples, doc_starts, t_lo, t_end),
+            "stream": self._stream_tokens(epoch, p_lo, t_lo, t_end),
             "doc_starts": doc_starts,
             "samples": samples,
         }
@@ -295,18 +304,53 @@ class BatchPlan:
         """The batches of global steps step .. step + n_steps - 1 (one read when `run_length` allows it)."""
         return self.assemble_steps(self.read(step, rank, world_size, n_steps))
 
-    def _gather(self, samples: np.ndarray, doc_starts: np.ndarray, t_lo: int, t_end: int) -> np.ndarray:
-        source = self.view.source
+    def _stream_tokens(self, epoch: int, p_lo: int, t_lo: int, t_end: int) -> np.ndarray:
+        """Stream tokens [t_lo, t_end) of `epoch` (the document at order position `p_lo` holds t_lo): a slice of
+        the block window holding them (a copy only where a read straddles windows)."""
         if t_end <= t_lo:
             return np.zeros(0, dtype=np.uint16)
-        if hasattr(source, "locate"):
-            buffers, which, start = source.locate(samples)
+        _, offsets, _, starts = self._epoch(epoch)
+        w = int(np.searchsorted(starts, p_lo, side="right")) - 1
+        parts = []
+        while True:
+            p_from, t_from, tokens = self._window_tokens(epoch, w, p_lo)
+            parts.append(tokens[t_lo - t_from : t_end - t_from])
+            t_lo = t_from + len(tokens)  # the window's end
+            if t_lo >= t_end:
+                break
+            w, p_lo = w + 1, int(starts[w + 1])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _window_tokens(self, epoch: int, w: int, p_lo: int) -> tuple[int, int, np.ndarray]:
+        """(p_from, t_from, the stream tokens of block window `w` from order position p_from <= p_lo to the
+        window's end): read, verified and laid out in serving order once per window (from where the first read
+        in it begins: a resumed run or a DataLoader worker's first step reads no earlier documents), then
+        sliced by every read in it. The last `_WINDOWS_KEPT` windows are kept."""
+        key = (epoch, w)
+        kept = self._windows.get(key)
+        if kept is not None and kept[0] <= p_lo:
+            self._windows.move_to_end(key)
+            return kept
+        order, offsets, _, starts = self._epoch(epoch)
+        p_end = int(starts[w + 1])
+        samples = order[p_lo:p_end]
+        source = self.view.source
+        if hasattr(source, "read_stream"):
+            tokens = source.read_stream(samples)
         else:  # any TokenSource: its read() gives one verified array per sample
-            uniq, which = np.unique(samples, return_inverse=True)
-            got = source.read(uniq.tolist())
-            buffers = [np.asarray(got[int(s)]) for s in uniq.tolist()]
-            which, start = which.reshape(-1), np.zeros(len(samples), dtype=np.int64)
-        return gather_stream(buffers, which, start, doc_starts, t_lo, t_end)
+            arrays = source.read(np.unique(samples).tolist())
+            tokens = np.concatenate([np.asarray(arrays[int(x)]) for x in samples.tolist()])
+        want = int(offsets[p_end] - offsets[p_lo])
+        if len(tokens) != want:
+            raise LoaderError(
+                f"run view {self.view.run_view_id}: the documents at order positions {p_lo}..{p_end - 1} of epoch "
+                f"{epoch} hold {len(tokens)} tokens, their n_tokens in the view say {want}"
+            )
+        window = self._windows[key] = (int(p_lo), int(offsets[p_lo]), tokens)
+        self._windows.move_to_end(key)
+        while len(self._windows) > _WINDOWS_KEPT:
+            self._windows.popitem(last=False)
+        return window
 
     def _collate(
         self, step, epoch, rank, world_size, seqs, samples, packed: PackedBatch, n_steps: int = 1
@@ -315,30 +359,32 @@ class BatchPlan:
         bounds = np.searchsorted(packed.piece_sequence, np.arange(len(seqs) + 1))
         pieces = Pieces(self._doc_ids, piece_samples, packed.piece_start, packed.piece_end, bounds)
         cu = packed.cu_seqlens
-        seg_len = np.diff(cu)
         per = len(seqs) // n_steps
         span = per * self.seq_len
         cut = np.searchsorted(cu, np.arange(n_steps + 1, dtype=np.int64) * span).tolist()
-        index = np.arange(seqs.start, seqs.stop, dtype=np.int64)
+        max_seqlen = np.maximum.reduceat(np.diff(cu), cut[:-1]).tolist()  # every step has >= 1 segment
         names = ("input_ids", "labels", "loss_mask", "position_ids", "segment_ids")
-        arrays = [getattr(packed, f) for f in names]
+        # each field one tensor [n_steps, per, seq_len] over the packed block, each step's a view of it (one
+        # from_numpy and one unbind per field, not one from_numpy per field and step)
+        shape = (n_steps, per, self.seq_len)
+        fields = [torch.from_numpy(getattr(packed, f).reshape(shape)).unbind(0) for f in names]
+        index = torch.arange(seqs.start, seqs.stop, dtype=torch.int64).view(n_steps, per).unbind(0)
         out = []
         for j in range(n_steps):
             a, b = cut[j], cut[j + 1]
-            rows = slice(j * per, (j + 1) * per)
-            batch = {f: torch.from_numpy(x[rows]) for f, x in zip(names, arrays, strict=True)}
+            batch = dict(zip(names, [f[j] for f in fields], strict=True))
             batch.update(
                 {
                     "cu_seqlens": torch.from_numpy(cu[a : b + 1] - np.int32(j * span)),
-                    "max_seqlen": int(seg_len[a:b].max()),
-                    "sequence_index": torch.from_numpy(index[rows]),
+                    "max_seqlen": max_seqlen[j],
+                    "sequence_index": index[j],
                     "run_view_id": self.view.run_view_id,
                     "step": int(step) + j,
                     "epoch": int(epoch),
                     "rank": int(rank),
                     "world_size": int(world_size),
-                    "documents": AuditSpans(pieces, rows.start, rows.stop),
-                    "sample_indices": SampleIndices(pieces, rows.start, rows.stop),
+                    "documents": AuditSpans(pieces, j * per, (j + 1) * per),
+                    "sample_indices": SampleIndices(pieces, j * per, (j + 1) * per),
                 }
             )
             out.append(batch)

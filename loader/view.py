@@ -64,7 +64,7 @@ from loader.errors import (
     UnsupportedLayout,
 )
 from loader.order import chunk_blocks
-from loader.packing import BlockPool
+from loader.packing import BlockPool, gather_documents
 from loader.storage import remember_footer
 
 BUNDLE_FORMAT = "tokenlake.run_view_bundle/1"
@@ -82,12 +82,16 @@ SAMPLE_COLUMNS = (
 log = logging.getLogger(__name__)
 # decoded row groups kept per process: three block windows (two when a batch straddles windows re-read some)
 DEFAULT_CACHED_ROW_GROUPS = 24
-# the memory of a replaced arena (`RowGroupSource.locate`), reused once no reader holds it: a new arena is copied
-# into pages already faulted in instead of fresh ones the kernel zeroes (measured on 2 cores: ~1.9 ns a token per
-# 3.7 MB arena with fresh pages, ~3 ns/token of the in-process loader's ~25); sizes round up to ARENA_ROUND tokens
-# so that the arenas of one view share buffers
-ARENA_POOL = BlockPool(max_blocks=4, max_bytes=64 << 20)
-ARENA_ROUND = 1 << 18
+# the memory of block windows' token streams and of the arenas they are gathered from (`read_stream`), reused once
+# nothing holds it: pages already faulted in instead of fresh ones the kernel zeroes (measured on 2 cores: ~1.9 ns
+# a token with fresh pages); sizes round up to POOL_ROUND tokens so that the windows of one view share buffers
+STREAM_POOL = BlockPool(max_blocks=6, max_bytes=96 << 20)
+POOL_ROUND = 1 << 18
+
+
+def _pooled(n: int, dtype: np.dtype) -> np.ndarray:
+    """n tokens of `dtype` from STREAM_POOL (contents undefined)."""
+    return STREAM_POOL.take((-(-n // POOL_ROUND) * POOL_ROUND,), dtype)[:n]
 
 
 class TokenSource(Protocol):
@@ -212,7 +216,6 @@ class RowGroupSource:
     _pid: int = field(default=-1, repr=False, init=False)
     _cache: OrderedDict = field(default_factory=OrderedDict, repr=False, init=False)
     _reader: object = field(default=None, repr=False, init=False)
-    _arena: tuple | None = field(default=None, repr=False, init=False)
 
     token_dtype: str = "uint16"
     # sha256 of each row group's token values ({file index << 32 | row group: 32 bytes}), from the layout the
@@ -236,7 +239,7 @@ class RowGroupSource:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_cache"], state["_reader"], state["_pid"], state["_arena"] = OrderedDict(), None, -1, None
+        state["_cache"], state["_reader"], state["_pid"] = OrderedDict(), None, -1
         state["group_checks"] = {"verified": 0, "mismatched": 0}
         return state
 
@@ -248,7 +251,7 @@ class RowGroupSource:
 
             with _READER_LOCK:  # read-ahead threads ask at the same time; _pid goes last
                 if self._pid != os.getpid():
-                    self._cache, self._arena = OrderedDict(), None
+                    self._cache = OrderedDict()
                     self._reader = RowGroupReader(self.io_properties, self.storage)
                     self._pid = os.getpid()
         return self._reader
@@ -290,14 +293,17 @@ class RowGroupSource:
         while len(self._cache) > self.max_cached:
             self._cache.popitem(last=False)
 
-    def check(self, samples: np.ndarray) -> None:
+    def check(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[RowGroup]]:
         """Verify every document `samples` read that this process has not verified yet (sha256 against the
         view's tokens_sha256). A copy from the node-local cache that fails is dropped, fetched again from the
-        store and counted (never served); a fetched copy that fails raises ChecksumMismatch."""
-        keys = self.key[samples]
-        uniq = np.unique(keys)
-        for k in uniq.tolist():
-            s = samples[keys == k] if len(uniq) > 1 else samples
+        store and counted (never served); a fetched copy that fails raises ChecksumMismatch. Returns (the row-group
+        keys, each sample's index into them, the decoded row groups: the copies verified here)."""
+        samples = np.asarray(samples, np.int64)
+        keys, inverse = np.unique(self.key[samples], return_inverse=True)
+        inverse = inverse.reshape(-1)
+        entries = []
+        for j, k in enumerate(keys.tolist()):
+            s = samples[inverse == j] if len(keys) > 1 else samples
             entry = self.row_group_entry(k)
             name = lambda i, s=s: self.doc_ids[int(s[i])]  # noqa: E731
             try:
@@ -311,8 +317,9 @@ class RowGroupSource:
                     self.files[fi], rg, lambda table, _, w=where: decode_row_group(table, self.dtype, w)
                 )
                 self._remember(k, entry)
-                self._arena = None  # it may hold the bad copy's tokens
                 verify_rows(entry, self.row[s], self.sha_bytes[s], name)
+            entries.append(entry)
+        return keys, inverse, entries
 
     def readahead_config(self) -> tuple[int, int] | None:
         """(bytes, threads) for a `loader.storage.Readahead` when row groups go through a node cache, else None."""
@@ -333,117 +340,38 @@ class RowGroupSource:
         """Bring row group `key` into the node cache (no decode); bytes fetched, 0 if it was there."""
         return self.reader.prefetch(self.files[int(key >> 32)], int(key & 0xFFFFFFFF))
 
-    def _entries(self, samples: np.ndarray) -> tuple[list[RowGroup], np.ndarray, np.ndarray]:
-        self.check(samples)
-        keys, inverse = np.unique(self.key[samples], return_inverse=True)
-        inverse = inverse.reshape(-1)
-        entries = [self.row_group_entry(int(k)) for k in keys.tolist()]
-        start = np.empty(len(samples), dtype=np.int64)
-        rows = self.row[samples]
-        for j, e in enumerate(entries):  # a few row groups per batch
-            m = inverse == j
-            start[m] = e.row_starts[rows[m]]
-        return entries, inverse, start
-
-    def locate(self, samples: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        """([one token buffer], zeros, start of each sample's tokens in it): the row groups a batch needs,
-        back to back in one arena, rebuilt only when a batch needs a row group it lacks (about twice per block
-        window), so the batch's tokens come out of ONE fancy-index copy. Every document is checksummed the
-        first time a batch reads it from this copy (one sha256 per document, in one pass per batch)."""
+    def read_stream(self, samples: np.ndarray) -> np.ndarray:
+        """The tokens of `samples` back to back, in that order, every document verified (`check`): the row groups
+        they lie in side by side in one arena, then `gather_documents` (one np.take a cache-sized tile). Arena and
+        result come from STREAM_POOL (pages already faulted in)."""
         samples = np.asarray(samples, np.int64)
-        need = self.key[samples]
-        # again after each corrupt node-cache copy was fetched anew (a fetched copy verifies or raises, so at most
-        # once per row group the read needs)
-        for _ in range(len(np.unique(need)) + 1):
-            arena, pos = self._arena_for(samples, need)
-            keys, tokens, starts, ends, row_base, verified, _ = arena
-            at = row_base[pos] + self.row[samples]
-            if self._verify_arena(arena, samples, at):
-                return [tokens], np.zeros(len(samples), np.int64), starts[at]
-        raise AssertionError("unreachable: a re-fetched row group either verifies or raises")
-
-    def _arena_for(self, samples: np.ndarray, need: np.ndarray) -> tuple[tuple, np.ndarray]:
-        """(the arena holding every row group `need` names, building it if this one lacks one; where each
-        sample's row group lies among the arena's keys)."""
-        arena = self._arena if self._pid == os.getpid() else None
-        if arena is not None:
-            keys = arena[0]
-            pos = np.searchsorted(keys, need)
-            if len(keys) and (pos < len(keys)).all() and (keys[pos] == need).all():
-                return arena, pos
-        if arena is not None:  # keep what the old arena verified with its row groups
-            for e, base in zip(arena[6], arena[4].tolist(), strict=True):
-                e.verified |= arena[5][base : base + len(e.verified)]
-        keys = np.unique(need)
-        entries = [self.row_group_entry(int(k)) for k in keys.tolist()]
-        n_rows = np.array([len(e.verified) for e in entries], np.int64)
-        rows = self.row[samples]
-        have = n_rows[np.searchsorted(keys, need)]
-        if np.any(rows >= have):
-            i = int(np.flatnonzero(rows >= have)[0])
-            e = entries[int(np.searchsorted(keys, need[i]))]
-            raise MissingDocument(f"{e.where} has {len(e.verified)} rows, the view expects a document at row {rows[i]}")
+        if not len(samples):
+            return np.zeros(0, self.dtype)
+        _, inverse, entries = self.check(samples)
         sizes = np.array([len(e.tokens) for e in entries], np.int64)
-        bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        starts = np.concatenate([e.row_starts[:-1] + b for e, b in zip(entries, bases, strict=True)])
-        ends = np.concatenate([e.row_starts[1:] + b for e, b in zip(entries, bases, strict=True)])
-        row_base = np.concatenate(([0], np.cumsum(n_rows)[:-1])).astype(np.int64)
-        tokens = np.zeros(0, self.dtype)
-        if entries:
-            total = int(sizes.sum())
-            tokens = ARENA_POOL.take((-(-total // ARENA_ROUND) * ARENA_ROUND,), self.dtype)[:total]
-            np.concatenate([e.tokens for e in entries], out=tokens)
-        verified = np.concatenate([e.verified for e in entries])
-        self._arena = (keys, tokens, starts, ends, row_base, verified, entries)
-        return self._arena, np.searchsorted(keys, need)
-
-    def _verify_arena(self, arena: tuple, samples: np.ndarray, at: np.ndarray) -> bool:
-        """Checksum the arena rows `at` not verified yet; False when a node-cache copy failed and was fetched
-        again (the arena is dropped: build it anew), ChecksumMismatch when a fetched copy fails."""
-        keys, tokens, starts, ends, row_base, verified, entries = arena
-        todo = np.flatnonzero(~verified[at])
-        if not len(todo):
-            return True
-        rows, first = np.unique(at[todo], return_index=True)
-        size = tokens.itemsize
-        data, sha = memoryview(tokens).cast("B"), hashlib.sha256
-        lo, hi = (starts[rows] * size).tolist(), (ends[rows] * size).tolist()
-        digests = b"".join([sha(data[a:b]).digest() for a, b in zip(lo, hi)])
-        want = self.sha_bytes[samples[todo[first]]]
-        if digests == want.tobytes():
-            verified[rows] = True
-            return True
-        got = np.frombuffer(digests, dtype="S32")
-        j = int(np.flatnonzero(got != want)[0])
-        e = int(np.searchsorted(row_base, rows[j], side="right")) - 1
-        entry, key = entries[e], int(keys[e])
-        if entry.from_cache:
-            fi, rg = int(key >> 32), int(key & 0xFFFFFFFF)
-            where = entry.where.removesuffix(" (node cache)")
-            fresh = self.reader.refetch(
-                self.files[fi], rg, lambda table, _, w=where: decode_row_group(table, self.dtype, w)
-            )
-            self._remember(key, fresh)
-            self._arena = None
-            return False
-        doc = self.doc_ids[int(samples[todo[first[j]]])]
-        row = int(rows[j] - row_base[e])
-        raise ChecksumMismatch(
-            f"{entry.where}: document {doc} (row {row}) tokens hash to {got[j].hex()}, the run view records "
-            f"{want[j].hex()}; the token object was altered or corrupted: rebuild the tokenized partition and "
-            f"the run view",
-            doc,
-        )
+        if len(entries) == 1:
+            arena = entries[0].tokens
+        else:
+            arena = _pooled(int(sizes.sum()), self.dtype)
+            np.concatenate([e.tokens for e in entries], out=arena)
+        base = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        starts = np.concatenate([e.row_starts[:-1] + b for e, b in zip(entries, base.tolist(), strict=True)])
+        ends = np.concatenate([e.row_starts[1:] + b for e, b in zip(entries, base.tolist(), strict=True)])
+        row_base = np.concatenate(([0], np.cumsum([len(e.row_starts) - 1 for e in entries])[:-1]))
+        at = row_base[inverse] + self.row[samples]
+        start = starts[at]
+        length = ends[at] - start
+        return gather_documents(arena, start, length, out=_pooled(int(length.sum()), self.dtype))
 
     def read(self, sample_indices: Iterable[int]) -> dict[int, np.ndarray]:
         samples = np.array(sorted(set(int(i) for i in sample_indices)), dtype=np.int64)
         if not len(samples):
             return {}
-        entries, which, start = self._entries(samples)
+        _, inverse, entries = self.check(samples)
         out = {}
-        for s, j, a in zip(samples.tolist(), which.tolist(), start.tolist(), strict=True):
-            e = entries[j]
-            out[s] = e.tokens[a : int(e.row_starts[int(self.row[s]) + 1])]
+        for s, j in zip(samples.tolist(), inverse.tolist(), strict=True):
+            e, r = entries[j], int(self.row[s])
+            out[s] = e.tokens[int(e.row_starts[r]) : int(e.row_starts[r + 1])]
         return out
 
 

@@ -1,15 +1,17 @@
 """The vectorised batch packer equals the per-sequence reference packer, sequence by sequence, for any documents,
-batch position and policy; and the gather reads the right stream tokens out of several buffers."""
+batch position, policy and length; one read of consecutive steps equals those steps read one by one."""
 
 from __future__ import annotations
 
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader.packing import gather_stream, pack_batch, pack_documents, stream_offsets
+from loader import packing
+from loader.packing import gather_documents, pack_batch, pack_documents, stream_offsets
 from tests.loader.test_loader_packing import EOS, docs_strategy
 
 
@@ -48,30 +50,63 @@ def test_pack_batch_equals_pack_sequence(docs, seq_len, n_seq, first, policy):
     assert got.cu_seqlens.tolist() == [*flat_cu, n_seq * seq_len]
 
 
+def check_against_reference(docs, seq_len, n_seq, first, policy):
+    """pack_batch over sequences first .. first + n_seq - 1 equals pack_documents, array by array."""
+    offsets = stream_offsets(np.array([len(d) for d in docs]))
+    ref = pack_documents(docs, seq_len, EOS, policy, n_sequences=first + n_seq)
+    t_lo, total = first * seq_len, int(offsets[-1])
+    t_end = min(t_lo + n_seq * seq_len + 1, total)
+    p_lo = int(np.searchsorted(offsets, t_lo, side="right")) - 1
+    p_hi = int(np.searchsorted(offsets, t_end - 1, side="right"))
+    stream = np.concatenate(docs)[t_lo:t_end]
+    got = pack_batch(stream, t_lo, total, offsets[p_lo : p_hi + 1], n_seq, seq_len, EOS, policy)
+    for b in range(n_seq):
+        for name in ("input_ids", "labels", "loss_mask", "position_ids", "segment_ids"):
+            assert np.array_equal(getattr(got, name)[b], getattr(ref[first + b][0], name)), (name, b)
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "n_seq", "shortest", "longest"),
+    [
+        (4096, 24, 150, 600),  # 98,304 positions: the 16-bit position arithmetic wraps past 65,536, stays exact
+        (40000, 2, 1, 1),  # 40,000 one-token documents a sequence: segment indices past int16 (int32 here)
+        (100000, 2, 70000, 90000),  # segments longer than 2**16: 32-bit position arithmetic
+    ],
+)
+def test_pack_batch_narrow_arithmetic_is_exact_at_any_length(seq_len, n_seq, shortest, longest):
+    rng = np.random.default_rng(seq_len)
+    lengths = rng.integers(shortest, longest + 1, (n_seq + 2) * seq_len // shortest + 1)
+    docs = [rng.integers(0, 50000, int(n)).astype(np.uint16) for n in lengths]
+    for d in docs:
+        d[-1] = EOS
+    check_against_reference(docs, seq_len, n_seq, 1, "masked")
+
+
 @given(
-    lengths=st.lists(st.integers(1, 20), min_size=1, max_size=15),
-    n_buffers=st.integers(1, 4),
+    lengths=st.lists(st.integers(0, 40), min_size=0, max_size=30),
+    tile=st.integers(1, 64),
     data=st.data(),
 )
-def test_gather_stream_reads_documents_from_several_buffers(lengths, n_buffers, data):
-    rng = np.random.default_rng(len(lengths))
-    docs = [rng.integers(0, 60000, n).astype(np.uint16) for n in lengths]
-    which = np.array([data.draw(st.integers(0, n_buffers - 1)) for _ in docs])
-    buffers, start = [], np.zeros(len(docs), dtype=np.int64)
-    for j in range(n_buffers):
-        parts, at = [np.array([7, 7], dtype=np.uint16)], 2  # junk before the documents
-        for i in np.flatnonzero(which == j):
-            start[i] = at
-            parts.append(docs[i])
-            at += len(docs[i])
-        buffers.append(np.concatenate(parts))
-    offsets = stream_offsets(np.array(lengths))
-    t_lo = data.draw(st.integers(0, int(offsets[-1]) - 1))
-    t_end = data.draw(st.integers(t_lo, int(offsets[-1])))
-    p_lo = int(np.searchsorted(offsets, t_lo, side="right")) - 1
-    p_hi = max(p_lo, int(np.searchsorted(offsets, t_end - 1, side="right"))) if t_end > t_lo else p_lo
-    got = gather_stream(buffers, which[p_lo:p_hi], start[p_lo:p_hi], offsets[p_lo : p_hi + 1], t_lo, t_end)
-    assert np.array_equal(got, np.concatenate(docs)[t_lo:t_end])
+def test_gather_documents_joins_slices_in_the_order_asked(lengths, tile, data):
+    rng = np.random.default_rng(len(lengths) * 1000 + tile)
+    buffer = rng.integers(0, 60000, sum(lengths) + 5).astype(np.uint16)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64) + 5 if lengths else np.zeros(0, np.int64)
+    pick = data.draw(st.lists(st.integers(0, max(len(lengths) - 1, 0)), max_size=40)) if lengths else []
+    start, length = starts[pick], np.array(lengths, np.int64)[pick]
+    expect = [buffer[a : a + n] for a, n in zip(start.tolist(), length.tolist(), strict=True)]
+    old = packing.GATHER_TILE
+    packing.GATHER_TILE = tile  # several tiles, documents longer than a tile
+    try:
+        got = gather_documents(buffer, start, length)
+    finally:
+        packing.GATHER_TILE = old
+    assert got.dtype == buffer.dtype
+    assert np.array_equal(got, np.concatenate(expect) if expect else np.zeros(0, np.uint16))
+
+
+def test_gather_documents_refuses_a_document_outside_the_buffer():
+    with pytest.raises(ValueError, match="outside"):
+        gather_documents(np.arange(10, dtype=np.uint16), np.array([8]), np.array([3]))
 
 
 def batch_equal(a: dict, b: dict) -> None:
