@@ -77,7 +77,11 @@ STATE_FORMAT = "tokenlake.loader_state"
 STATE_VERSION = 1
 DEFAULT_PREFETCH = 8  # batches read ahead (40 bytes a token each): covers a block window's decode burst (8 row groups)
 _EPOCHS_CACHED = 2
-_WINDOWS_KEPT = 2  # block windows' token streams kept per plan: a read straddling two windows finds both
+# a stream segment (`BatchPlan._segment`): whole block windows, at least SEGMENT_TOKENS tokens (a window of row
+# groups of 4 documents holds ~500 tokens: one segment per window made a read of 8 steps build ~35); two kept per
+# plan, so a read straddling two segments finds both
+SEGMENT_TOKENS = 1 << 18
+_SEGMENTS_KEPT = 2
 # A DataLoader worker hands over a chunk of consecutive steps per item (compact: ~2 bytes a token): the steps of
 # WORKER_CHUNK_WINDOWS whole block windows (`BatchPlan.worker_chunks`; a step that straddles two windows reads
 # both, so one window per chunk would still have every worker decode most row groups), at least
@@ -132,13 +136,13 @@ class BatchPlan:
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._doc_ids = np.asarray(view.doc_ids, dtype=object)
         self._pool = BLOCK_POOL  # packed blocks reused once the batches made from them are dropped
-        # (epoch, window) -> (first order position held, its stream offset, the tokens from there to the window's
-        # end in serving order): the last few block windows read (`_window_tokens`)
-        self._windows: OrderedDict[tuple[int, int], tuple[int, int, np.ndarray]] = OrderedDict()
+        # (epoch, first order position held, end) -> (its stream offset, the tokens in serving order): the last
+        # stream segments read (`_segment`)
+        self._segments: OrderedDict[tuple[int, int, int], tuple[int, np.ndarray]] = OrderedDict()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_windows"] = OrderedDict()  # tokens stay in their process
+        state["_segments"] = OrderedDict()  # tokens stay in their process
         return state
 
     @property
@@ -306,33 +310,33 @@ class BatchPlan:
 
     def _stream_tokens(self, epoch: int, p_lo: int, t_lo: int, t_end: int) -> np.ndarray:
         """Stream tokens [t_lo, t_end) of `epoch` (the document at order position `p_lo` holds t_lo): a slice of
-        the block window holding them (a copy only where a read straddles windows)."""
+        the stream segment holding them (a copy only where a read straddles segments)."""
         if t_end <= t_lo:
             return np.zeros(0, dtype=np.uint16)
-        _, offsets, _, starts = self._epoch(epoch)
-        w = int(np.searchsorted(starts, p_lo, side="right")) - 1
         parts = []
         while True:
-            p_from, t_from, tokens = self._window_tokens(epoch, w, p_lo)
+            p_from, p_end, t_from, tokens = self._segment(epoch, p_lo)
             parts.append(tokens[t_lo - t_from : t_end - t_from])
-            t_lo = t_from + len(tokens)  # the window's end
+            t_lo, p_lo = t_from + len(tokens), p_end  # the segment's end
             if t_lo >= t_end:
                 break
-            w, p_lo = w + 1, int(starts[w + 1])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _window_tokens(self, epoch: int, w: int, p_lo: int) -> tuple[int, int, np.ndarray]:
-        """(p_from, t_from, the stream tokens of block window `w` from order position p_from <= p_lo to the
-        window's end): read, verified and laid out in serving order once per window (from where the first read
-        in it begins: a resumed run or a DataLoader worker's first step reads no earlier documents), then
-        sliced by every read in it. The last `_WINDOWS_KEPT` windows are kept."""
-        key = (epoch, w)
-        kept = self._windows.get(key)
-        if kept is not None and kept[0] <= p_lo:
-            self._windows.move_to_end(key)
-            return kept
+    def _segment(self, epoch: int, p_lo: int) -> tuple[int, int, int, np.ndarray]:
+        """(p_from, p_end, t_from, the stream tokens of order positions [p_from, p_end)) holding position p_lo:
+        whole block windows from the one holding p_lo (at least SEGMENT_TOKENS tokens: views of small row groups
+        have small windows), read, verified and laid out in serving order once, from where the first read in it
+        begins (a resumed run or a DataLoader worker's first step reads no earlier documents), then sliced by
+        every read in them. The last `_SEGMENTS_KEPT` segments are kept."""
+        for key in reversed(self._segments):
+            e, p_from, p_end = key
+            if e == epoch and p_from <= p_lo < p_end:
+                self._segments.move_to_end(key)
+                return (p_from, p_end, *self._segments[key])
         order, offsets, _, starts = self._epoch(epoch)
-        p_end = int(starts[w + 1])
+        w = int(np.searchsorted(starts, p_lo, side="right")) - 1
+        w_end = int(np.searchsorted(offsets[starts], int(offsets[p_lo]) + SEGMENT_TOKENS, side="left"))
+        p_end = int(starts[min(max(w_end, w + 1), len(starts) - 1)])
         samples = order[p_lo:p_end]
         source = self.view.source
         if hasattr(source, "read_stream"):
@@ -346,11 +350,10 @@ class BatchPlan:
                 f"run view {self.view.run_view_id}: the documents at order positions {p_lo}..{p_end - 1} of epoch "
                 f"{epoch} hold {len(tokens)} tokens, their n_tokens in the view say {want}"
             )
-        window = self._windows[key] = (int(p_lo), int(offsets[p_lo]), tokens)
-        self._windows.move_to_end(key)
-        while len(self._windows) > _WINDOWS_KEPT:
-            self._windows.popitem(last=False)
-        return window
+        self._segments[(epoch, p_lo, p_end)] = (int(offsets[p_lo]), tokens)
+        while len(self._segments) > _SEGMENTS_KEPT:
+            self._segments.popitem(last=False)
+        return p_lo, p_end, int(offsets[p_lo]), tokens
 
     def _collate(
         self, step, epoch, rank, world_size, seqs, samples, packed: PackedBatch, n_steps: int = 1
