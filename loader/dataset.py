@@ -254,11 +254,18 @@ class BatchPlan:
         epoch, _, _, _, p_lo, p_hi = self.stream_window(step, rank, world_size)
         return self.epoch_layout(epoch)[0][p_lo:p_hi]
 
-    def read(self, step: int, rank: int = 0, world_size: int = 1, n_steps: int = 1) -> dict[str, Any]:
+    def read(
+        self, step: int, rank: int = 0, world_size: int = 1, n_steps: int = 1, last_step: int | None = None
+    ) -> dict[str, Any]:
         """The compact form of a rank's batch (or of `n_steps` consecutive ones, see `run_length`): its stream
         tokens (read and verified, source dtype) and where the documents start; a few tens of KB a step that a
-        DataLoader worker pickles in one piece (`assemble_steps` expands it)."""
+        DataLoader worker pickles in one piece (`assemble_steps` expands it). `last_step`: the last step of the
+        epoch this reader serves before it skips ahead (a DataLoader worker's chunk): the stream segment read
+        now ends by the documents that step needs, instead of reading the next worker's windows."""
         epoch, seqs, t_lo, t_end, p_lo, p_hi = self.stream_window(step, rank, world_size, n_steps)
+        p_cap = None
+        if last_step is not None and last_step >= step:
+            p_cap = max(p_hi, self.stream_window(last_step, rank, world_size)[5])
         order, offsets = self.epoch_layout(epoch)
         samples = order[p_lo:p_hi]
         doc_starts = offsets[p_lo : p_hi + 1]
@@ -271,7 +278,7 @@ class BatchPlan:
             "sequences": (seqs.start, seqs.stop),
             "t_lo": int(t_lo),
             "total": int(offsets[-1]),
-            "stream": self._stream_tokens(epoch, p_lo, t_lo, t_end),
+            "stream": self._stream_tokens(epoch, p_lo, t_lo, t_end, p_cap),
             "doc_starts": doc_starts,
             "samples": samples,
         }
@@ -308,26 +315,28 @@ class BatchPlan:
         """The batches of global steps step .. step + n_steps - 1 (one read when `run_length` allows it)."""
         return self.assemble_steps(self.read(step, rank, world_size, n_steps))
 
-    def _stream_tokens(self, epoch: int, p_lo: int, t_lo: int, t_end: int) -> np.ndarray:
+    def _stream_tokens(self, epoch: int, p_lo: int, t_lo: int, t_end: int, p_cap: int | None = None) -> np.ndarray:
         """Stream tokens [t_lo, t_end) of `epoch` (the document at order position `p_lo` holds t_lo): a slice of
-        the stream segment holding them (a copy only where a read straddles segments)."""
+        the stream segment holding them (a copy only where a read straddles segments; a new segment ends by
+        order position `p_cap` when given)."""
         if t_end <= t_lo:
             return np.zeros(0, dtype=np.uint16)
         parts = []
         while True:
-            p_from, p_end, t_from, tokens = self._segment(epoch, p_lo)
+            p_from, p_end, t_from, tokens = self._segment(epoch, p_lo, p_cap)
             parts.append(tokens[t_lo - t_from : t_end - t_from])
             t_lo, p_lo = t_from + len(tokens), p_end  # the segment's end
             if t_lo >= t_end:
                 break
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _segment(self, epoch: int, p_lo: int) -> tuple[int, int, int, np.ndarray]:
+    def _segment(self, epoch: int, p_lo: int, p_cap: int | None = None) -> tuple[int, int, int, np.ndarray]:
         """(p_from, p_end, t_from, the stream tokens of order positions [p_from, p_end)) holding position p_lo:
         whole block windows from the one holding p_lo (at least SEGMENT_TOKENS tokens: views of small row groups
         have small windows), read, verified and laid out in serving order once, from where the first read in it
         begins (a resumed run or a DataLoader worker's first step reads no earlier documents), then sliced by
-        every read in them. The last `_SEGMENTS_KEPT` segments are kept."""
+        every read in them; a new one ends by order position `p_cap` when given (what this reader reads before
+        it skips ahead). The last `_SEGMENTS_KEPT` segments are kept."""
         for key in reversed(self._segments):
             e, p_from, p_end = key
             if e == epoch and p_from <= p_lo < p_end:
@@ -337,6 +346,8 @@ class BatchPlan:
         w = int(np.searchsorted(starts, p_lo, side="right")) - 1
         w_end = int(np.searchsorted(offsets[starts], int(offsets[p_lo]) + SEGMENT_TOKENS, side="left"))
         p_end = int(starts[min(max(w_end, w + 1), len(starts) - 1)])
+        if p_cap is not None:
+            p_end = min(p_end, max(int(p_cap), p_lo + 1))
         samples = order[p_lo:p_end]
         source = self.view.source
         if hasattr(source, "read_stream"):
@@ -765,7 +776,7 @@ class RunViewDataset(IterableDataset):
                     n = self.plan.run_length(k, self.world_size, min(limit, steps[-1] + 1 - k))
                     if readahead is not None:
                         readahead.advance(k)
-                    out.append(self.plan.read(k, self.rank, self.world_size, n))
+                    out.append(self.plan.read(k, self.rank, self.world_size, n, last_step=steps[-1]))
                     k += n
                 self._cursor = steps[-1] + 1
                 yield {"chunk": out, "reader": self.reader_summary(disk=False), "worker": wid}

@@ -32,7 +32,6 @@ import numpy as np
 
 IGNORE_INDEX = -100
 POLICIES = ("masked", "allowed")
-GATHER_TILE = 1 << 16  # tokens a `gather_documents` np.take copies at once
 
 
 @dataclass(frozen=True)
@@ -325,33 +324,4 @@ def _arange(n: int, dtype: type = np.int64) -> np.ndarray:
     """0 .. n-1 as `dtype`, wrapped modulo its range for a narrower unsigned type (read-only, cached)."""
     out = np.arange(n, dtype=np.int64).astype(dtype, copy=False)
     out.flags.writeable = False
-    return out
-
-
-def gather_documents(
-    buffer: np.ndarray, start: np.ndarray, length: np.ndarray, out: np.ndarray | None = None
-) -> np.ndarray:
-    """buffer[start[i] : start[i] + length[i]] for every i, back to back (into `out` when given). One np.take per
-    tile of whole documents of about GATHER_TILE tokens, whose index array (8 bytes a token) stays in cache: no
-    Python per document or token (a window's index array in one piece, 8 MB, ran 1.5x slower)."""
-    start, length = np.asarray(start, np.int64), np.asarray(length, np.int64)
-    dst = np.zeros(len(start) + 1, dtype=np.int64)
-    np.cumsum(length, out=dst[1:])
-    n = int(dst[-1])
-    out = np.empty(n, dtype=buffer.dtype) if out is None else out
-    if len(out) != n:
-        raise ValueError(f"out holds {len(out)} tokens, the documents {n}")
-    if n == 0:
-        return out
-    if len(start) and (int(start.min()) < 0 or int((start + length).max()) > len(buffer)):
-        raise ValueError(f"a document lies outside the {len(buffer)}-token buffer")
-    cuts = np.unique(np.searchsorted(dst[:-1], np.arange(0, n, GATHER_TILE, dtype=np.int64))).tolist()
-    cuts.append(len(start))
-    longest = int(np.diff(dst[cuts]).max())
-    positions = _arange(1 << max(longest - 1, GATHER_TILE).bit_length())  # a few sizes: the cache keeps them
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        t0, t1 = int(dst[a]), int(dst[b])
-        idx = np.repeat(start[a:b] - (dst[a:b] - t0), length[a:b])
-        idx += positions[: t1 - t0]
-        np.take(buffer, idx, out=out[t0:t1], mode="clip")  # indices checked above: no buffered copy of out
     return out

@@ -146,4 +146,6 @@ def test_a_window_stream_is_the_documents_back_to_back_in_the_order_asked():
     got = src.read_stream(order)
     assert got.dtype == src.dtype
     assert np.array_equal(got, np.concatenate([expect[int(s)] for s in order]))
+    one = np.flatnonzero(src.key == keys[1])[::-1]  # one row group, reversed
+    assert np.array_equal(src.read_stream(one), np.concatenate([src.read(one.tolist())[int(s)] for s in one]))
     assert len(src.read_stream(np.zeros(0, np.int64))) == 0

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader import packing
-from loader.packing import gather_documents, pack_batch, pack_documents, stream_offsets
+from loader.packing import pack_batch, pack_documents, stream_offsets
 from tests.loader.test_loader_packing import EOS, docs_strategy
 
 
@@ -80,33 +79,6 @@ def test_pack_batch_narrow_arithmetic_is_exact_at_any_length(seq_len, n_seq, sho
     for d in docs:
         d[-1] = EOS
     check_against_reference(docs, seq_len, n_seq, 1, "masked")
-
-
-@given(
-    lengths=st.lists(st.integers(0, 40), min_size=0, max_size=30),
-    tile=st.integers(1, 64),
-    data=st.data(),
-)
-def test_gather_documents_joins_slices_in_the_order_asked(lengths, tile, data):
-    rng = np.random.default_rng(len(lengths) * 1000 + tile)
-    buffer = rng.integers(0, 60000, sum(lengths) + 5).astype(np.uint16)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64) + 5 if lengths else np.zeros(0, np.int64)
-    pick = data.draw(st.lists(st.integers(0, max(len(lengths) - 1, 0)), max_size=40)) if lengths else []
-    start, length = starts[pick], np.array(lengths, np.int64)[pick]
-    expect = [buffer[a : a + n] for a, n in zip(start.tolist(), length.tolist(), strict=True)]
-    old = packing.GATHER_TILE
-    packing.GATHER_TILE = tile  # several tiles, documents longer than a tile
-    try:
-        got = gather_documents(buffer, start, length)
-    finally:
-        packing.GATHER_TILE = old
-    assert got.dtype == buffer.dtype
-    assert np.array_equal(got, np.concatenate(expect) if expect else np.zeros(0, np.uint16))
-
-
-def test_gather_documents_refuses_a_document_outside_the_buffer():
-    with pytest.raises(ValueError, match="outside"):
-        gather_documents(np.arange(10, dtype=np.uint16), np.array([8]), np.array([3]))
 
 
 def batch_equal(a: dict, b: dict) -> None:

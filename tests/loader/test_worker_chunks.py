@@ -92,5 +92,6 @@ def test_two_workers_read_each_row_group_about_once_and_serve_the_same_batches(w
     got = run(two)
     assert len(got) == len(ref) == steps and all(same_global(a, b) for a, b in zip(got, ref, strict=True))
     fetches = two.metrics()["fetches"]
-    # fixed 8-step chunks alternating between the workers made each of them decode every window: ~2x
-    assert row_groups >= 30 and fetches <= 1.5 * row_groups, (fetches, row_groups)
+    # fixed 8-step chunks alternating between the workers made each of them decode every window: ~2x; stream
+    # segments that ran past a worker's chunk into the next worker's windows: 45-46 of 30 (now 31)
+    assert row_groups >= 30 and fetches <= 1.2 * row_groups, (fetches, row_groups)
