@@ -860,8 +860,9 @@ class RunViewLoader:
         on_metrics: Callable[[dict], None] | None = None,
     ):
         """`num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
-        (loader.prefetch.Prefetcher, 0 = none; while the loop takes batches faster than the thread makes them,
-        they are built in the loop's own thread, which is faster under the GIL; `metrics()["readahead"]`);
+        (loader.prefetch.Prefetcher, 0 = none; the thread starts once the loop shows it works between batches:
+        while the loop takes batches faster than a thread makes them, they are built in the loop's own thread,
+        which is faster under the GIL; `metrics()["readahead"]`);
         `pin_memory`: tensors in page-locked host memory (when an accelerator is present; a no-op on CPU-only
         machines); `metrics`: a loader.metrics.LoaderMetrics to record into (default: a new one; `metrics()`
         reports); every `log_every` steps `on_metrics(metrics())` is called (default: logged at INFO on the

@@ -16,18 +16,22 @@ thread once per item while it builds the next ones. Measured in process, the loa
 batch with an infinitely fast consumer (interleaved, 8 rounds): 59.4M -> 72.3M tokens/s; over 400 steps no
 difference beyond noise (76.1M / 77.4M). The first item is taken as soon as it is there.
 
-`adaptive=True` (the loader's setting) also stops reading ahead where it cannot help. A producer thread only
-overlaps with a consumer that spends its time outside the GIL (a training step on an accelerator, sleeping,
-I/O); a consumer that takes each item at once gains nothing from it and pays the thread's hand-overs: on this
-2-core VM the loader's in-process rate with its read-ahead thread moved between 55M and 84M tokens/s from run
-to run, against 85-95M building in the consumer's own thread. So over each window of `2 * capacity` items (at
-least `MIN_WINDOW`; the first decision after `FIRST_WINDOW` items, so that a short run does not spend its
-first 16 batches on hand-overs: 75.2M -> 90.0M tokens/s, median of 12 rounds of the loader bench's 60 steps,
-with an unchanged data-wait for a slow consumer) the Prefetcher compares the consumer's time away (between its
-`next()` calls) with what it waited for: under `INLINE_BELOW` of the two, the producer is paused at its next
-item and the consumer builds the items itself, after the buffered ones; building inline, when the time away
-reaches `THREAD_ABOVE` of the build time, the thread is started again. The order of items never changes (one
-iterator, advanced by one thread at a time).
+`adaptive=True` (the loader's setting) reads ahead only where it helps. A producer thread only overlaps with a
+consumer that spends its time outside the GIL (a training step on an accelerator, sleeping, I/O); a consumer
+that takes each item at once gains nothing from it and pays the thread's hand-overs: on this 2-core VM the
+loader's in-process rate with its read-ahead thread moved between 55M and 84M tokens/s from run to run,
+against 85-95M building in the consumer's own thread. So an adaptive Prefetcher starts without a thread: the
+consumer builds the items itself, and the thread starts as soon as the items counted since the last decision
+(two at least) show the consumer away (between its `next()` calls) at least `AWAY_SECONDS` an item (a
+thread's hand-over costs tens of microseconds) and more than `THREAD_ABOVE` of the build time (a training
+step: the thread starts at its third batch, while the loader's first 8-step build still serves the next
+ones). Reading ahead, over each window of `2 * capacity` items (at least `MIN_WINDOW`; the first one
+`FIRST_WINDOW` items: one 8-step build and the wait for the next) it compares the time away with what the
+consumer waited for: under `INLINE_BELOW` of the two, the producer is paused at its next item and the
+consumer builds the items itself, after the buffered ones. Starting on a thread instead spent a fast
+consumer's first window on hand-overs: 50.4M -> 55.5M tokens/s (57.5M without read-ahead), median of 12
+interleaved rounds of the loader bench's 60 steps. The order of items never changes (one iterator, advanced by
+one thread at a time).
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ _END = object()  # the producer's iterator is exhausted
 _POLL_SECONDS = 0.05  # how often a blocked put / get looks at the stop event (and recovers a missed wake-up)
 GATHER_SECONDS = 0.002  # the longest a consumer that caught up waits for more items once one is there
 INLINE_BELOW = 0.1  # adaptive: build inline when time away < this share of (away + waited) over a window
-THREAD_ABOVE = 0.5  # adaptive: read ahead again when time away > this share of the inline build time
+THREAD_ABOVE = 0.5  # adaptive: read ahead when time away > this share of the inline build time
 MIN_WINDOW = 16  # adaptive: items a decision looks at, at least (the loader builds 8 steps at a time)
 FIRST_WINDOW = 9  # adaptive: items the first decision looks at (one 8-step build and the wait for the next)
+AWAY_SECONDS = 0.0002  # adaptive, inline: read ahead only for a consumer away at least this long an item
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -183,13 +188,13 @@ class Prefetcher:
         self.consumed = 0
         self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__ (or building inline)
         self.last_wait_seconds = 0.0
-        self.inline = False  # adaptive: the consumer builds the items itself (no thread running)
+        self.inline = self.adaptive  # adaptive: the consumer builds the items itself (no thread running)
         self.switches = 0  # adaptive: changes between reading ahead and building inline
         self._window = [0, 0.0, 0.0]  # adaptive: items, seconds away, seconds waited (or built) in this window
         # adaptive: items the next decision looks at (FIRST_WINDOW, then max(2 * capacity, MIN_WINDOW))
         self._window_items = FIRST_WINDOW
         self._returned_at: float | None = None
-        self._thread = self._start()
+        self._thread: threading.Thread | None = None if self.adaptive else self._start()
 
     def _start(self) -> threading.Thread:
         self._shared.pause.clear()
@@ -247,7 +252,8 @@ class Prefetcher:
 
     def _adapt(self, started: float) -> None:
         """Count this item into the window (time away since the last item was returned, time in this `next()`);
-        at the window's end pause or restart the producer (module doc)."""
+        building inline, start the producer once the window shows a consumer that works between items; reading
+        ahead, at the window's end pause it for one that does not (module doc)."""
         now = time.perf_counter()
         window = self._window
         if self.inline and self._shared.items:  # still serving what the producer left: nothing built, not counted
@@ -258,15 +264,17 @@ class Prefetcher:
             window[1] += started - self._returned_at
             window[2] += now - started
         self._returned_at = now
+        away, spent = window[1], window[2]
+        if self.inline and window[0] >= 2 and away >= AWAY_SECONDS * window[0] and away > THREAD_ABOVE * spent:
+            self._window = [0, 0.0, 0.0]  # a consumer that works between items: read ahead now, not a window later
+            self._resume()
+            return
         if window[0] < self._window_items:
             return
-        away, spent = window[1], window[2]
         self._window = [0, 0.0, 0.0]
         self._window_items = max(2 * self.capacity, MIN_WINDOW)
         if not self.inline and away < INLINE_BELOW * (away + spent):
             self._pause()
-        elif self.inline and away > THREAD_ABOVE * spent:
-            self._resume()
 
     def _pause(self) -> None:
         """Stop the producer before its next item (it finishes the one it is building) and build inline."""
@@ -337,7 +345,7 @@ class Prefetcher:
     @property
     def alive(self) -> bool:
         """Whether the producer thread is still running."""
-        return self._thread.is_alive()
+        return self._thread is not None and self._thread.is_alive()
 
     def depth(self) -> int:
         """Items ready in the buffer now (approximate while the producer runs)."""
@@ -352,15 +360,15 @@ class Prefetcher:
         self._shared.stop.set()
         self._done = True
         deadline = time.monotonic() + timeout
-        while True:
+        while self._thread is not None:
             self._drain()
             self._thread.join(timeout=min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
             if not self._thread.is_alive() or time.monotonic() >= deadline:
                 break
         self._drain()
-        if not self._thread.is_alive() and not self._shared.iterator_closed:  # paused: built inline
+        if not self.alive and not self._shared.iterator_closed:  # paused or never started: built inline
             _close_iterator(self._iterator, self._shared)
-        return not self._thread.is_alive()
+        return not self.alive
 
     def _drain(self) -> None:
         """Drop buffered and retired items so their memory is freed now, not when the Prefetcher is collected;

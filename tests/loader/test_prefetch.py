@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader.prefetch import CLOSE_TIMEOUT_SECONDS, FIRST_WINDOW, MIN_WINDOW, Prefetcher
+from loader.prefetch import AWAY_SECONDS, CLOSE_TIMEOUT_SECONDS, FIRST_WINDOW, MIN_WINDOW, Prefetcher
 
 
 def wait_until(predicate, timeout: float = 10.0) -> None:
@@ -254,45 +254,54 @@ class Timed:
             self.closed.set()
 
 
-def test_adaptive_builds_inline_for_a_fast_consumer_and_reads_ahead_again_for_a_slow_one():
-    """A consumer that takes items at once gets them built in its own thread after the first window; one that
-    works between items gets the read-ahead thread back; the items arrive in order throughout."""
+def test_adaptive_starts_inline_reads_ahead_for_a_slow_consumer_and_builds_inline_again_for_a_fast_one():
+    """An adaptive Prefetcher starts without a thread (the consumer builds the items itself); a consumer that works
+    between items gets the read-ahead thread within a few items; one that takes items at once gets them built in
+    its own thread again after a window; the items arrive in order throughout."""
     source = Timed(200, build_s=0.002)
     pf = Prefetcher(source, 4, adaptive=True)
-    got = [next(pf) for _ in range(60)]  # no work between items: the consumer waits for every one
-    assert pf.inline and pf.switches == 1
-    inline_built = source.threads[-10:]
-    for _ in range(40):  # 10 ms of work per item: reading ahead overlaps it
+    got = [next(pf) for _ in range(40)]  # no work between items: the consumer waits for every one
+    assert pf.inline and pf.switches == 0 and not pf.alive
+    assert set(source.threads) == {threading.current_thread().name}
+    for _ in range(5):  # 10 ms of work per item: reading ahead overlaps it (the window still holds fast items)
         got.append(next(pf))
         time.sleep(0.01)
-    assert not pf.inline and pf.switches == 2
+    assert not pf.inline and pf.switches == 1 and pf.alive
+    for _ in range(30):
+        got.append(next(pf))
+        time.sleep(0.01)
+    assert not pf.inline and pf.switches == 1
+    assert "tokenlake-prefetch" in source.threads
+    got.extend(next(pf) for _ in range(60))  # fast again: paused after a window, built inline
+    assert pf.inline and pf.switches == 2
+    inline_built = source.threads[-10:]
     got.extend(pf)
     assert got == list(range(200))
     assert set(inline_built) == {threading.current_thread().name}
-    assert "tokenlake-prefetch" in source.threads
     assert source.closed.is_set() and pf.close()
 
 
-def test_adaptive_first_decision_comes_after_the_first_window_later_ones_after_full_windows():
-    """A fast consumer is building inline once FIRST_WINDOW items after its first have been counted (a short
-    training run should not spend its first 16 batches handing each over between threads); a slow one keeps
-    the read-ahead thread through that decision."""
+def test_adaptive_first_thread_decision_needs_time_away_not_just_a_ratio():
+    """A consumer away only microseconds an item stays inline even where its time away exceeds the (near-zero)
+    build time; one away >= AWAY_SECONDS an item, more than half the build time, gets the thread after two
+    counted items, and its first decision on the thread comes after the short first window."""
     assert FIRST_WINDOW == 9 < MIN_WINDOW  # one 8-step build and the wait for the next
-    source = Timed(200, build_s=0.002)
-    pf = Prefetcher(source, 8, adaptive=True)
-    for _ in range(9):
+    assert AWAY_SECONDS == 0.0002
+    pf = Prefetcher(iter(range(10**6)), 8, adaptive=True)  # building costs nothing: away > build every item
+    for _ in range(200):
         next(pf)
-    assert not pf.inline  # the first item is not counted: its wait is the start, not the consumer's pace
-    next(pf)
-    assert pf.inline and pf.switches == 1
-    assert pf._window_items == max(2 * 8, MIN_WINDOW)
+    assert pf.inline and pf.switches == 0  # microseconds away: a thread's hand-overs would cost more
     assert pf.close()
 
     pf = Prefetcher(Timed(200, build_s=0.001), 8, adaptive=True)
-    for _ in range(FIRST_WINDOW + 2):
-        next(pf)
-        time.sleep(0.01)
-    assert not pf.inline and pf.switches == 0
+    next(pf)  # the first item is not counted: its wait is the start, not the consumer's pace
+    time.sleep(0.005)
+    next(pf)
+    assert pf.inline
+    time.sleep(0.005)
+    next(pf)
+    assert not pf.inline and pf.switches == 1
+    assert pf._window_items == FIRST_WINDOW  # the first window after the restart is the short one still
     assert pf.close()
 
 
@@ -303,7 +312,7 @@ def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
     with pytest.raises(RuntimeError, match="row group 50 unreadable"):
         for item in pf:
             got.append(item)
-    assert got == list(range(50)) and pf.switches >= 1
+    assert got == list(range(50)) and pf.inline and pf.switches == 0
     assert source.closed.is_set()
     with pytest.raises(StopIteration):
         next(pf)
@@ -312,7 +321,7 @@ def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
     pf = Prefetcher(source, 2, adaptive=True)
     for _ in range(30):
         next(pf)
-    assert pf.inline  # paused: the producer thread ended and left the source open for the consumer
+    assert pf.inline and not pf.alive  # no thread: the source stays open for the consumer
     assert not source.closed.is_set()
     assert pf.close() and source.closed.is_set()  # close() closes it in the consumer's thread
 
@@ -320,6 +329,7 @@ def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
 def test_pausing_a_producer_blocked_on_a_full_buffer_does_not_deadlock():
     source = CountingSource()
     pf = Prefetcher(source, 2, adaptive=True)
+    pf._resume()  # adaptive Prefetchers start inline; read ahead until the buffer is full
     try:
         wait_until(lambda: pf.blocked_puts >= 1)
         pf._pause()  # the consumer joins the producer: it must leave its blocked put (one item over)
