@@ -95,3 +95,19 @@ def test_two_workers_read_each_row_group_about_once_and_serve_the_same_batches(w
     # fixed 8-step chunks alternating between the workers made each of them decode every window: ~2x; stream
     # segments that ran past a worker's chunk into the next worker's windows: 45-46 of 30 (now 31)
     assert row_groups >= 30 and fetches <= 1.2 * row_groups, (fetches, row_groups)
+
+
+@pytest.mark.parametrize("start", [0, 37])
+def test_the_first_batch_reads_only_the_row_groups_of_its_own_documents(wide_view, start):
+    """A start or a resume waits for its first batch's documents only: the stream segment of the first read ends
+    with that read (later ones span whole block windows of >= SEGMENT_TOKENS); it read every row group of an
+    epoch (30 here) for rank 3 of 4's first batch of one 64-token sequence."""
+    from loader import make_state
+
+    data = RunViewLoader(wide_view(), 4, rank=3, world_size=4)
+    if start:
+        data.load_state_dict(make_state(data.plan, start))
+    first = next(iter(data))
+    source = data.plan.view.source
+    own = np.unique(source.key[data.plan.samples_needed(start, 3, 4)])
+    assert first["step"] == start and data.metrics()["fetches"] == len(own) <= 2
