@@ -20,18 +20,21 @@ difference beyond noise (76.1M / 77.4M). The first item is taken as soon as it i
 consumer that spends its time outside the GIL (a training step on an accelerator, sleeping, I/O); a consumer
 that takes each item at once gains nothing from it and pays the thread's hand-overs: on this 2-core VM the
 loader's in-process rate with its read-ahead thread moved between 55M and 84M tokens/s from run to run,
-against 85-95M building in the consumer's own thread. So an adaptive Prefetcher starts without a thread: the
-consumer builds the items itself, and the thread starts as soon as the items counted since the last decision
-(two at least) show the consumer away (between its `next()` calls) at least `AWAY_SECONDS` an item (a
-thread's hand-over costs tens of microseconds) and more than `THREAD_ABOVE` of the build time (a training
-step: the thread starts at its third batch, while the loader's first 8-step build still serves the next
-ones). Reading ahead, over each window of `2 * capacity` items (at least `MIN_WINDOW`; the first one
-`FIRST_WINDOW` items: one 8-step build and the wait for the next) it compares the time away with what the
-consumer waited for: under `INLINE_BELOW` of the two, the producer is paused at its next item and the
-consumer builds the items itself, after the buffered ones. Starting on a thread instead spent a fast
-consumer's first window on hand-overs: 50.4M -> 55.5M tokens/s (57.5M without read-ahead), median of 12
-interleaved rounds of the loader bench's 60 steps. The order of items never changes (one iterator, advanced by
-one thread at a time).
+against 85-95M building in the consumer's own thread. So an adaptive Prefetcher builds the first item in the
+consumer's thread and then arms a producer that waits `STANDBY_SECONDS` for the consumer's next call: a
+consumer still away by then (a training step) has its second item read ahead and keeps the thread; one that
+is back at once cancels it (the producer only waited) and builds the items itself. Building inline, the
+thread starts as soon as the items counted since the last decision show the consumer away (between its
+`next()` calls) at least `AWAY_SECONDS` an item and more than `THREAD_ABOVE` of the build time. Reading
+ahead, over each window of `2 * capacity` items (at least `MIN_WINDOW`; the first one `FIRST_WINDOW` items:
+one 8-step build and the wait for the next) it compares the time away with what the consumer waited for:
+under `INLINE_BELOW` of the two, the producer is paused at its next item and the consumer builds the items
+itself, after the buffered ones. Measured (interleaved rounds of the loader bench's 60 steps): starting on
+the thread spent a fast consumer's first window on hand-overs (50.4M -> 55.5M tokens/s inline from the start,
+57.5M without read-ahead); starting inline without the armed producer doubled the data-wait of a 1M
+tokens/s/rank consumer after its first batch (0.27% -> 0.55-0.63%: its second batch built in its own
+thread), with it 0.21-0.27%. The order of items never changes (one iterator, advanced by one thread at a
+time).
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ INLINE_BELOW = 0.1  # adaptive: build inline when time away < this share of (awa
 THREAD_ABOVE = 0.5  # adaptive: read ahead when time away > this share of the inline build time
 MIN_WINDOW = 16  # adaptive: items a decision looks at, at least (the loader builds 8 steps at a time)
 FIRST_WINDOW = 9  # adaptive: items the first decision looks at (one 8-step build and the wait for the next)
-AWAY_SECONDS = 0.0002  # adaptive, inline: read ahead only for a consumer away at least this long an item
+AWAY_SECONDS = 0.001  # adaptive, inline: read ahead only for a consumer away at least this long an item
+STANDBY_SECONDS = 0.002  # adaptive: after the first item, a consumer not back within this gets the thread
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -80,6 +84,7 @@ class _Shared:
         "wanted",
         "produced",
         "blocked_puts",
+        "standby",
     )
 
     def __init__(self, capacity: int) -> None:
@@ -96,6 +101,7 @@ class _Shared:
         self.wanted = 1  # items a waiting consumer waits for (it is also woken by the first one)
         self.produced = 0
         self.blocked_puts = 0
+        self.standby = None  # adaptive start: "waiting" (producer armed), "go" (it reads ahead), "cancelled"
 
 
 def _release_retired(shared: _Shared) -> None:
@@ -149,6 +155,12 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
     """The producer thread: every item of `iterator`, then _END, or a _Failure with what it raised; when
     paused, it returns before its next item and leaves the iterator open for the consumer."""
     paused = False
+    if shared.standby == "waiting":  # armed after the consumer's first item: read ahead unless it is back soon
+        with shared.cv:
+            shared.cv.wait_for(lambda: shared.standby != "waiting" or shared.stop.is_set(), STANDBY_SECONDS)
+            if shared.standby == "cancelled" or shared.stop.is_set():
+                return  # the consumer builds inline (or closed): the iterator stays open for it
+            shared.standby = "go"
     try:
         while True:
             _release_retired(shared)  # before building the next item: its memory can then be reused for it
@@ -210,6 +222,8 @@ class Prefetcher:
             raise StopIteration
         shared = self._shared
         started = time.perf_counter()
+        if shared.standby == "waiting" or shared.standby == "go":
+            self._settle_standby()
         if self.inline:
             item = self._build_inline()
         else:
@@ -231,7 +245,34 @@ class Prefetcher:
             self._done = True
             raise item.exc
         self.consumed += 1
+        if self.adaptive and self.consumed == 1 and self.inline and not self.switches:
+            self._arm()
+            self._returned_at = time.perf_counter()  # starting the thread is not the consumer's time away
         return item
+
+    def _arm(self) -> None:
+        """After the first item: a producer thread that waits STANDBY_SECONDS for the consumer's next call and
+        reads ahead if it does not come (a training step), or ends unused if it does (a consumer that takes the
+        items at once, which then builds them itself)."""
+        self._shared.standby = "waiting"
+        self._thread = threading.Thread(
+            target=_produce, args=(self._iterator, self._shared), name=self._name, daemon=True
+        )
+        self._thread.start()
+
+    def _settle_standby(self) -> None:
+        """The consumer is back: cancel an armed producer that has not started reading ahead (and wait for it to
+        end: it is only waiting), or take over its read-ahead."""
+        shared = self._shared
+        with shared.cv:
+            went = shared.standby == "go"
+            shared.standby = None if went else "cancelled"
+            shared.cv.notify_all()
+        if went:
+            self.inline = False
+            self.switches += 1
+        else:
+            self._thread.join()
 
     def _build_inline(self) -> Any:
         """The next item in the consumer's thread: what the paused producer left in the buffer first."""
@@ -265,16 +306,16 @@ class Prefetcher:
             window[2] += now - started
         self._returned_at = now
         away, spent = window[1], window[2]
-        if self.inline and window[0] >= 2 and away >= AWAY_SECONDS * window[0] and away > THREAD_ABOVE * spent:
+        if self.inline and window[0] and away >= AWAY_SECONDS * window[0] and away > THREAD_ABOVE * spent:
             self._window = [0, 0.0, 0.0]  # a consumer that works between items: read ahead now, not a window later
             self._resume()
-            return
-        if window[0] < self._window_items:
-            return
-        self._window = [0, 0.0, 0.0]
-        self._window_items = max(2 * self.capacity, MIN_WINDOW)
-        if not self.inline and away < INLINE_BELOW * (away + spent):
-            self._pause()
+        elif window[0] >= self._window_items:
+            self._window = [0, 0.0, 0.0]
+            self._window_items = max(2 * self.capacity, MIN_WINDOW)
+            if not self.inline and away < INLINE_BELOW * (away + spent):
+                self._pause()
+                # joining the producer (it finishes its item) is not the consumer's time away
+                self._returned_at = time.perf_counter()
 
     def _pause(self) -> None:
         """Stop the producer before its next item (it finishes the one it is building) and build inline."""

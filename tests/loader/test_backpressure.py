@@ -247,8 +247,8 @@ def test_the_training_loop_does_not_free_its_consumed_batches():
     for batch in data:
         weakref.finalize(batch["input_ids"], lambda: freed_on.append(threading.current_thread().name))
         steps.append(batch["step"])
-        time.sleep(0.002)  # a training step (outside the GIL): the read-ahead thread starts at the third batch
-        assert data.metrics()["readahead"] == ("thread" if len(steps) >= 3 else "inline")  # (loader.prefetch)
+        time.sleep(0.002)  # a training step (outside the GIL): the read-ahead thread starts at the second batch
+        assert data.metrics()["readahead"] == ("thread" if len(steps) >= 2 else "inline")  # (loader.prefetch)
     del batch
     assert steps == list(range(30))
     wait_until(lambda: len(freed_on) == 30)

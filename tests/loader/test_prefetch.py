@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader.prefetch import AWAY_SECONDS, CLOSE_TIMEOUT_SECONDS, FIRST_WINDOW, MIN_WINDOW, Prefetcher
+from loader.prefetch import (
+    AWAY_SECONDS,
+    CLOSE_TIMEOUT_SECONDS,
+    FIRST_WINDOW,
+    MIN_WINDOW,
+    STANDBY_SECONDS,
+    Prefetcher,
+)
 
 
 def wait_until(predicate, timeout: float = 10.0) -> None:
@@ -255,9 +262,10 @@ class Timed:
 
 
 def test_adaptive_starts_inline_reads_ahead_for_a_slow_consumer_and_builds_inline_again_for_a_fast_one():
-    """An adaptive Prefetcher starts without a thread (the consumer builds the items itself); a consumer that works
-    between items gets the read-ahead thread within a few items; one that takes items at once gets them built in
-    its own thread again after a window; the items arrive in order throughout."""
+    """An adaptive Prefetcher builds inline for a consumer that takes items at once (its armed producer ends
+    unused); when the consumer starts working between items it gets the read-ahead thread within a few items;
+    when it takes them at once again they are built in its own thread after a window; the items arrive in order
+    throughout."""
     source = Timed(200, build_s=0.002)
     pf = Prefetcher(source, 4, adaptive=True)
     got = [next(pf) for _ in range(40)]  # no work between items: the consumer waits for every one
@@ -281,27 +289,41 @@ def test_adaptive_starts_inline_reads_ahead_for_a_slow_consumer_and_builds_inlin
     assert source.closed.is_set() and pf.close()
 
 
+def test_adaptive_start_reads_ahead_during_a_first_step_and_stays_inline_for_a_fast_consumer():
+    """After the first item a producer waits STANDBY_SECONDS: a consumer still away by then (a training step) has
+    its second item read ahead; one that is back at once cancels it and builds every item in its own thread."""
+    me = threading.current_thread().name
+    source = Timed(200, build_s=0.001)
+    pf = Prefetcher(source, 8, adaptive=True)
+    next(pf)
+    assert pf.inline and pf.alive  # armed: the producer waits for the consumer's next call
+    time.sleep(0.01)  # a first training step
+    assert next(pf) == 1 and not pf.inline and pf.switches == 1
+    assert source.threads[:2] == [me, "tokenlake-prefetch"]
+    assert pf._window_items == FIRST_WINDOW  # the first decision on the thread comes after the short window
+    assert pf.close() and source.closed.is_set()
+
+    source = Timed(200, build_s=0.001)
+    pf = Prefetcher(source, 8, adaptive=True)
+    assert [next(pf) for _ in range(30)] == list(range(30))
+    assert pf.inline and pf.switches == 0 and not pf.alive  # the armed producer ended unused
+    assert set(source.threads) == {me}
+    assert pf.close() and source.closed.is_set()
+
+
 def test_adaptive_first_thread_decision_needs_time_away_not_just_a_ratio():
-    """A consumer away only microseconds an item stays inline even where its time away exceeds the (near-zero)
-    build time; one away >= AWAY_SECONDS an item, more than half the build time, gets the thread after two
-    counted items, and its first decision on the thread comes after the short first window."""
+    """Building inline, a consumer away only microseconds an item stays inline even where its time away exceeds
+    the (near-zero) build time; one away >= AWAY_SECONDS an item, more than half the build time, gets the thread
+    after one counted item."""
     assert FIRST_WINDOW == 9 < MIN_WINDOW  # one 8-step build and the wait for the next
-    assert AWAY_SECONDS == 0.0002
+    assert AWAY_SECONDS == 0.001 < STANDBY_SECONDS == 0.002
     pf = Prefetcher(iter(range(10**6)), 8, adaptive=True)  # building costs nothing: away > build every item
     for _ in range(200):
         next(pf)
     assert pf.inline and pf.switches == 0  # microseconds away: a thread's hand-overs would cost more
-    assert pf.close()
-
-    pf = Prefetcher(Timed(200, build_s=0.001), 8, adaptive=True)
-    next(pf)  # the first item is not counted: its wait is the start, not the consumer's pace
-    time.sleep(0.005)
-    next(pf)
-    assert pf.inline
-    time.sleep(0.005)
+    time.sleep(0.02)  # >= AWAY_SECONDS for each item the window has counted (at most MIN_WINDOW)
     next(pf)
     assert not pf.inline and pf.switches == 1
-    assert pf._window_items == FIRST_WINDOW  # the first window after the restart is the short one still
     assert pf.close()
 
 
