@@ -289,12 +289,16 @@ class RowGroupSource:
         store and counted (never served); a fetched copy that fails raises ChecksumMismatch. Returns (the row-group
         keys, each sample's index into them, the decoded row groups: the copies verified here)."""
         samples = np.asarray(samples, np.int64)
-        keys, inverse = np.unique(self.key[samples], return_inverse=True)
-        inverse = inverse.reshape(-1)
-        entries = []
+        of_sample = self.key[samples]
+        keys = np.unique(of_sample)  # a window's few keys; each sample's index among them by binary search
+        inverse = np.searchsorted(keys, of_sample)  # (np.unique's return_inverse argsorts: ~3x the time)
+        entries = [self.row_group_entry(k) for k in keys.tolist()]
+        n_rows = np.array([len(e.verified) for e in entries], np.int64)
+        if all(e.verified.all() for e in entries) and not np.any(self.row[samples] >= n_rows[inverse]):
+            return keys, inverse, entries  # every row verified already: by its row group's digest, or read before
         for j, k in enumerate(keys.tolist()):
             s = samples[inverse == j] if len(keys) > 1 else samples
-            entry = self.row_group_entry(k)
+            entry = entries[j]
             name = lambda i, s=s: self.doc_ids[int(s[i])]  # noqa: E731
             try:
                 verify_rows(entry, self.row[s], self.sha_bytes[s], name)
@@ -308,7 +312,7 @@ class RowGroupSource:
                 )
                 self._remember(k, entry)
                 verify_rows(entry, self.row[s], self.sha_bytes[s], name)
-            entries.append(entry)
+            entries[j] = entry
         return keys, inverse, entries
 
     def readahead_config(self) -> tuple[int, int] | None:
