@@ -200,7 +200,7 @@ class Prefetcher:
         self.consumed = 0
         self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__ (or building inline)
         self.last_wait_seconds = 0.0
-        self.inline = self.adaptive  # adaptive: the consumer builds the items itself (no thread running)
+        self.inline = self.adaptive  # adaptive: the consumer builds the items itself (no thread reads ahead)
         self.switches = 0  # adaptive: changes between reading ahead and building inline
         self._window = [0, 0.0, 0.0]  # adaptive: items, seconds away, seconds waited (or built) in this window
         # adaptive: items the next decision looks at (FIRST_WINDOW, then max(2 * capacity, MIN_WINDOW))
@@ -255,10 +255,7 @@ class Prefetcher:
         reads ahead if it does not come (a training step), or ends unused if it does (a consumer that takes the
         items at once, which then builds them itself)."""
         self._shared.standby = "waiting"
-        self._thread = threading.Thread(
-            target=_produce, args=(self._iterator, self._shared), name=self._name, daemon=True
-        )
-        self._thread.start()
+        self._thread = self._start()
 
     def _settle_standby(self) -> None:
         """The consumer is back: cancel an armed producer that has not started reading ahead (and wait for it to
