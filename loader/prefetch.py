@@ -57,6 +57,19 @@ STANDBY_SECONDS = 0.002  # adaptive: after the first item, a consumer not back w
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
+def adaptive_decision(inline: bool, items: int, away: float, spent: float, window_items: int) -> str | None:
+    """What an adaptive Prefetcher does after an item, from its window: `items` counted, seconds `away` (between
+    the consumer's `next()` calls) and `spent` (in them). "thread": start reading ahead (building inline, a
+    consumer away >= AWAY_SECONDS an item and more than THREAD_ABOVE of the build time); "inline": pause the
+    producer (reading ahead, a full window away under INLINE_BELOW of away + waited); "window": a full window
+    with no change; None: keep counting."""
+    if inline and items and away >= AWAY_SECONDS * items and away > THREAD_ABOVE * spent:
+        return "thread"
+    if items < window_items:
+        return None
+    return "inline" if not inline and away < INLINE_BELOW * (away + spent) else "window"
+
+
 class _Failure:
     """An exception raised by the producer, carried through the buffer to the consumer."""
 
@@ -302,17 +315,17 @@ class Prefetcher:
             window[1] += started - self._returned_at
             window[2] += now - started
         self._returned_at = now
-        away, spent = window[1], window[2]
-        if self.inline and window[0] and away >= AWAY_SECONDS * window[0] and away > THREAD_ABOVE * spent:
-            self._window = [0, 0.0, 0.0]  # a consumer that works between items: read ahead now, not a window later
+        decision = adaptive_decision(self.inline, window[0], window[1], window[2], self._window_items)
+        if decision is None:
+            return
+        self._window = [0, 0.0, 0.0]
+        if decision == "thread":  # a consumer that works between items: read ahead now, not a window later
             self._resume()
-        elif window[0] >= self._window_items:
-            self._window = [0, 0.0, 0.0]
-            self._window_items = max(2 * self.capacity, MIN_WINDOW)
-            if not self.inline and away < INLINE_BELOW * (away + spent):
-                self._pause()
-                # joining the producer (it finishes its item) is not the consumer's time away
-                self._returned_at = time.perf_counter()
+            return
+        self._window_items = max(2 * self.capacity, MIN_WINDOW)
+        if decision == "inline":
+            self._pause()
+            self._returned_at = time.perf_counter()  # joining the producer is not the consumer's time away
 
     def _pause(self) -> None:
         """Stop the producer before its next item (it finishes the one it is building) and build inline."""

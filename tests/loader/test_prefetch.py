@@ -17,6 +17,7 @@ from loader.prefetch import (
     MIN_WINDOW,
     STANDBY_SECONDS,
     Prefetcher,
+    adaptive_decision,
 )
 
 
@@ -312,19 +313,24 @@ def test_adaptive_start_reads_ahead_during_a_first_step_and_stays_inline_for_a_f
 
 
 def test_adaptive_first_thread_decision_needs_time_away_not_just_a_ratio():
-    """Building inline, a consumer away only microseconds an item stays inline even where its time away exceeds
-    the (near-zero) build time; one away >= AWAY_SECONDS an item, more than half the build time, gets the thread
-    after one counted item."""
+    """The decision rule on given seconds (no clock: how fast a consumer really is lives in bench/prefetch.py).
+    Building inline, a consumer away only microseconds an item stays inline even where its time away exceeds the
+    (near-zero) build time; one away >= AWAY_SECONDS an item, more than half the build time, gets the thread
+    after one counted item; reading ahead, a window decides only when full."""
     assert FIRST_WINDOW == 9 < MIN_WINDOW  # one 8-step build and the wait for the next
     assert AWAY_SECONDS == 0.001 < STANDBY_SECONDS == 0.002
-    pf = Prefetcher(iter(range(10**6)), 8, adaptive=True)  # building costs nothing: away > build every item
-    for _ in range(200):
-        next(pf)
-    assert pf.inline and pf.switches == 0  # microseconds away: a thread's hand-overs would cost more
-    time.sleep(0.02)  # >= AWAY_SECONDS for each item the window has counted (at most MIN_WINDOW)
-    next(pf)
-    assert not pf.inline and pf.switches == 1
-    assert pf.close()
+    # microseconds away, more than the build time: a thread's hand-overs would cost more
+    assert adaptive_decision(True, 8, 8e-6, 1e-6, MIN_WINDOW) is None
+    assert adaptive_decision(True, MIN_WINDOW, 16e-6, 2e-6, MIN_WINDOW) == "window"
+    # a first training step of 20 ms after items that each took 1 ms to build
+    assert adaptive_decision(True, 1, 0.02, 0.001, FIRST_WINDOW) == "thread"
+    assert adaptive_decision(True, MIN_WINDOW, 0.02, 0.001, MIN_WINDOW) == "thread"  # 1.25 ms an item on average
+    assert adaptive_decision(True, MIN_WINDOW, 0.015, 0.001, MIN_WINDOW) == "window"  # under 1 ms an item
+    assert adaptive_decision(True, 4, 0.01, 0.03, MIN_WINDOW) is None  # away, but less than half the build time
+    # reading ahead: a consumer that only waits pauses the producer at the window's end, not before
+    assert adaptive_decision(False, FIRST_WINDOW - 1, 1e-5, 0.01, FIRST_WINDOW) is None
+    assert adaptive_decision(False, FIRST_WINDOW, 1e-5, 0.01, FIRST_WINDOW) == "inline"
+    assert adaptive_decision(False, MIN_WINDOW, 0.16, 0.001, MIN_WINDOW) == "window"  # a training loop keeps it
 
 
 def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
