@@ -235,7 +235,7 @@ class Prefetcher:
             raise StopIteration
         shared = self._shared
         started = time.perf_counter()
-        if shared.standby == "waiting" or shared.standby == "go":
+        if shared.standby in ("waiting", "go"):
             self._settle_standby()
         if self.inline:
             item = self._build_inline()
@@ -258,7 +258,7 @@ class Prefetcher:
             self._done = True
             raise item.exc
         self.consumed += 1
-        if self.adaptive and self.consumed == 1 and self.inline and not self.switches:
+        if self.consumed == 1 and self.inline and not self.switches:  # (inline: an adaptive Prefetcher)
             self._arm()
             self._returned_at = time.perf_counter()  # starting the thread is not the consumer's time away
         return item

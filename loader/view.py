@@ -292,11 +292,12 @@ class RowGroupSource:
         of_sample = self.key[samples]
         keys = np.unique(of_sample)  # a window's few keys; each sample's index among them by binary search
         inverse = np.searchsorted(keys, of_sample)  # (np.unique's return_inverse argsorts: ~3x the time)
-        entries = [self.row_group_entry(k) for k in keys.tolist()]
+        key_list = keys.tolist()
+        entries = [self.row_group_entry(k) for k in key_list]
         n_rows = np.array([len(e.verified) for e in entries], np.int64)
         if all(e.verified.all() for e in entries) and not np.any(self.row[samples] >= n_rows[inverse]):
             return keys, inverse, entries  # every row verified already: by its row group's digest, or read before
-        for j, k in enumerate(keys.tolist()):
+        for j, k in enumerate(key_list):
             s = samples[inverse == j] if len(keys) > 1 else samples
             entry = entries[j]
             name = lambda i, s=s: self.doc_ids[int(s[i])]  # noqa: E731
