@@ -226,12 +226,35 @@ def _jieba() -> Callable[[str], list[str]]:
 
     jieba.setLogLevel(logging.WARNING)
     tok = jieba.Tokenizer()
-    tok.initialize()
+    if not _load_jieba_cache(tok):
+        tok.initialize()  # builds the prefix dictionary and writes jieba's cache for the next process
 
     def tokenize(text: str) -> list[str]:
         return [w for w in tok.lcut(text) if not w.isspace()]
 
     return tokenize
+
+
+def _load_jieba_cache(tok) -> bool:
+    """Load the default dictionary's prefix dictionary from the cache `jieba.Tokenizer.initialize` writes (the
+    same file and validity rule: the default dictionary's cache is used when present), with one
+    `marshal.loads` of its bytes instead of jieba's `marshal.load` on the open file, which reads it object by
+    object (9 MB: 0.95 against 0.33 CPU s). False when there is no usable cache (jieba then builds it)."""
+    import marshal
+    import tempfile
+
+    import jieba
+
+    if tok.dictionary != jieba.DEFAULT_DICT:
+        return False
+    try:
+        freq, total = marshal.loads(Path(tempfile.gettempdir(), "jieba.cache").read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        return False
+    if not isinstance(freq, dict) or not isinstance(total, int) or not freq:
+        return False
+    tok.FREQ, tok.total, tok.initialized = freq, total, True
+    return True
 
 
 # Sudachi refuses inputs over ~49 KB; lines are cut to this many characters (UTF-8 is at most 4 bytes each).

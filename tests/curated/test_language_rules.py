@@ -15,6 +15,7 @@ from assets.curated.language_rules import (
     DEFAULT_RULES,
     LID_TO_FINEWEB2,
     RULES_DIR,
+    _load_jieba_cache,
     check_rules_table,
     fineweb2_config,
     rules_for,
@@ -103,6 +104,26 @@ def test_chinese_is_segmented_into_words():
     assert 1 <= signals["gopher_mean_word_len"] <= 5
     assert quality_decision(signals, rules.thresholds) is None
     assert quality_decision(quality_signals(CHINESE), QualityThresholds()) == "gopher_quality_n_words_low"
+
+
+def test_jieba_from_its_cache_segments_as_jieba_itself(tmp_path, monkeypatch):
+    """The prefix dictionary read from jieba's cache by one `marshal.loads` is the one jieba builds and loads
+    itself; without a usable cache (none, or a corrupt one) jieba's own `initialize` runs."""
+    import tempfile
+
+    import jieba
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # jieba's cache lives in gettempdir()
+    fresh = jieba.Tokenizer()
+    assert not _load_jieba_cache(fresh)  # no cache yet
+    fresh.initialize()  # builds the dictionary and writes tmp_path/jieba.cache
+    assert (tmp_path / "jieba.cache").is_file()
+    cached = jieba.Tokenizer()
+    assert _load_jieba_cache(cached) and cached.initialized
+    assert cached.total == fresh.total and cached.FREQ == fresh.FREQ
+    assert cached.lcut(CHINESE) == fresh.lcut(CHINESE)
+    (tmp_path / "jieba.cache").write_bytes(b"\x00not marshal")
+    assert not _load_jieba_cache(jieba.Tokenizer())
 
 
 @pytest.mark.parametrize(
