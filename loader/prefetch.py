@@ -57,13 +57,15 @@ STANDBY_SECONDS = 0.002  # adaptive: after the first item, a consumer not back w
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
-def adaptive_decision(inline: bool, items: int, away: float, spent: float, window_items: int) -> str | None:
+def adaptive_decision(
+    inline: bool, items: int, away: float, spent: float, window_items: int, away_seconds: float = AWAY_SECONDS
+) -> str | None:
     """What an adaptive Prefetcher does after an item, from its window: `items` counted, seconds `away` (between
     the consumer's `next()` calls) and `spent` (in them). "thread": start reading ahead (building inline, a
-    consumer away >= AWAY_SECONDS an item and more than THREAD_ABOVE of the build time); "inline": pause the
+    consumer away >= `away_seconds` an item and more than THREAD_ABOVE of the build time); "inline": pause the
     producer (reading ahead, a full window away under INLINE_BELOW of away + waited); "window": a full window
     with no change; None: keep counting."""
-    if inline and items and away >= AWAY_SECONDS * items and away > THREAD_ABOVE * spent:
+    if inline and items and away >= away_seconds * items and away > THREAD_ABOVE * spent:
         return "thread"
     if items < window_items:
         return None
@@ -98,9 +100,10 @@ class _Shared:
         "produced",
         "blocked_puts",
         "standby",
+        "standby_seconds",
     )
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, standby_seconds: float = STANDBY_SECONDS) -> None:
         self.items: collections.deque = collections.deque()
         self.retired: collections.deque = collections.deque()  # consumed items the producer thread releases
         self.capacity = capacity
@@ -115,6 +118,7 @@ class _Shared:
         self.produced = 0
         self.blocked_puts = 0
         self.standby = None  # adaptive start: "waiting" (producer armed), "go" (it reads ahead), "cancelled"
+        self.standby_seconds = standby_seconds  # how long an armed producer waits for the consumer's next call
 
 
 def _release_retired(shared: _Shared) -> None:
@@ -170,7 +174,7 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
     paused = False
     if shared.standby == "waiting":  # armed after the consumer's first item: read ahead unless it is back soon
         with shared.cv:
-            shared.cv.wait_for(lambda: shared.standby != "waiting" or shared.stop.is_set(), STANDBY_SECONDS)
+            shared.cv.wait_for(lambda: shared.standby != "waiting" or shared.stop.is_set(), shared.standby_seconds)
             if shared.standby == "cancelled" or shared.stop.is_set():
                 return  # the consumer builds inline (or closed): the iterator stays open for it
             shared.standby = "go"
@@ -197,18 +201,31 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
 
 class Prefetcher:
     """Iterate `iterable` on a daemon thread, at most `capacity` items ahead of the consumer; `adaptive`: in the
-    consumer's own thread while the consumer takes items faster than the thread makes them (module doc)."""
+    consumer's own thread while the consumer takes items faster than the thread makes them (module doc), with
+    `standby_seconds` and `away_seconds` in place of STANDBY_SECONDS and AWAY_SECONDS (tests that must not depend
+    on how loaded the machine is set them far from the times they measure)."""
 
     def __init__(
-        self, iterable: Iterable[Any], capacity: int, *, name: str = "tokenlake-prefetch", adaptive: bool = False
+        self,
+        iterable: Iterable[Any],
+        capacity: int,
+        *,
+        name: str = "tokenlake-prefetch",
+        adaptive: bool = False,
+        standby_seconds: float = STANDBY_SECONDS,
+        away_seconds: float = AWAY_SECONDS,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"Prefetcher capacity must be an int >= 1, got {capacity!r}")
+        for label, value in (("standby_seconds", standby_seconds), ("away_seconds", away_seconds)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"Prefetcher {label} must be a number of seconds >= 0, got {value!r}")
         self.capacity = capacity
         self.adaptive = bool(adaptive)
         self._iterator = iter(iterable)
         self._name = name
-        self._shared = _Shared(capacity)
+        self._shared = _Shared(capacity, float(standby_seconds))
+        self.away_seconds = float(away_seconds)
         self._done = False  # the consumer has seen the end or an error, or closed
         self.consumed = 0
         self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__ (or building inline)
@@ -264,7 +281,7 @@ class Prefetcher:
         return item
 
     def _arm(self) -> None:
-        """After the first item: a producer thread that waits STANDBY_SECONDS for the consumer's next call and
+        """After the first item: a producer thread that waits `standby_seconds` for the consumer's next call and
         reads ahead if it does not come (a training step), or ends unused if it does (a consumer that takes the
         items at once, which then builds them itself)."""
         self._shared.standby = "waiting"
@@ -315,7 +332,9 @@ class Prefetcher:
             window[1] += started - self._returned_at
             window[2] += now - started
         self._returned_at = now
-        decision = adaptive_decision(self.inline, window[0], window[1], window[2], self._window_items)
+        decision = adaptive_decision(
+            self.inline, window[0], window[1], window[2], self._window_items, self.away_seconds
+        )
         if decision is None:
             return
         self._window = [0, 0.0, 0.0]

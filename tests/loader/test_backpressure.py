@@ -247,7 +247,9 @@ def test_the_training_loop_does_not_free_its_consumed_batches():
     for batch in data:
         weakref.finalize(batch["input_ids"], lambda: freed_on.append(threading.current_thread().name))
         steps.append(batch["step"])
-        time.sleep(0.002)  # a training step (outside the GIL): the read-ahead thread starts at the second batch
+        # a training step (outside the GIL): the read-ahead thread starts at the second batch (its armed producer
+        # goes after STANDBY_SECONDS, 2 ms: 20 ms leaves it room on a loaded machine)
+        time.sleep(0.02)
         assert data.metrics()["readahead"] == ("thread" if len(steps) >= 2 else "inline")  # (loader.prefetch)
     del batch
     assert steps == list(range(30))

@@ -266,15 +266,17 @@ def test_adaptive_starts_inline_reads_ahead_for_a_slow_consumer_and_builds_inlin
     """An adaptive Prefetcher builds inline for a consumer that takes items at once (its armed producer ends
     unused); when the consumer starts working between items it gets the read-ahead thread within a few items;
     when it takes them at once again they are built in its own thread after a window; the items arrive in order
-    throughout."""
+    throughout. The armed producer waits a minute and the thread needs 5 ms away an item, so that a descheduled
+    test thread cannot pass for a consumer away (the real 2 ms / 1 ms: bench/prefetch.py, and the rule on given
+    seconds below)."""
     source = Timed(200, build_s=0.002)
-    pf = Prefetcher(source, 4, adaptive=True)
+    pf = Prefetcher(source, 4, adaptive=True, standby_seconds=60, away_seconds=0.005)
     got = [next(pf) for _ in range(40)]  # no work between items: the consumer waits for every one
     assert pf.inline and pf.switches == 0 and not pf.alive
     assert set(source.threads) == {threading.current_thread().name}
-    for _ in range(5):  # 10 ms of work per item: reading ahead overlaps it (the window still holds fast items)
+    for _ in range(5):  # 20 ms of work per item: reading ahead overlaps it (the window still holds fast items)
         got.append(next(pf))
-        time.sleep(0.01)
+        time.sleep(0.02)
     assert not pf.inline and pf.switches == 1 and pf.alive
     for _ in range(30):
         got.append(next(pf))
@@ -291,21 +293,24 @@ def test_adaptive_starts_inline_reads_ahead_for_a_slow_consumer_and_builds_inlin
 
 
 def test_adaptive_start_reads_ahead_during_a_first_step_and_stays_inline_for_a_fast_consumer():
-    """After the first item a producer waits STANDBY_SECONDS: a consumer still away by then (a training step) has
-    its second item read ahead; one that is back at once cancels it and builds every item in its own thread."""
+    """After the first item a producer waits `standby_seconds`: a consumer still away by then (a training step)
+    has its second item read ahead; one that is back at once cancels it and builds every item in its own thread.
+    (The waits are far from the times the test takes: 2 ms against a 200 ms step; a minute, and 50 ms away an
+    item for the thread, against a consumer that is back at once, however loaded the machine.)"""
     me = threading.current_thread().name
     source = Timed(200, build_s=0.001)
     pf = Prefetcher(source, 8, adaptive=True)
+    assert pf._shared.standby_seconds == STANDBY_SECONDS
     next(pf)
     assert pf.inline and pf.alive  # armed: the producer waits for the consumer's next call
-    time.sleep(0.01)  # a first training step
+    time.sleep(0.2)  # a first training step
     assert next(pf) == 1 and not pf.inline and pf.switches == 1
     assert source.threads[:2] == [me, "tokenlake-prefetch"]
     assert pf._window_items == FIRST_WINDOW  # the first decision on the thread comes after the short window
     assert pf.close() and source.closed.is_set()
 
     source = Timed(200, build_s=0.001)
-    pf = Prefetcher(source, 8, adaptive=True)
+    pf = Prefetcher(source, 8, adaptive=True, standby_seconds=60, away_seconds=0.05)
     assert [next(pf) for _ in range(30)] == list(range(30))
     assert pf.inline and pf.switches == 0 and not pf.alive  # the armed producer ended unused
     assert set(source.threads) == {me}
@@ -331,6 +336,16 @@ def test_adaptive_first_thread_decision_needs_time_away_not_just_a_ratio():
     assert adaptive_decision(False, FIRST_WINDOW - 1, 1e-5, 0.01, FIRST_WINDOW) is None
     assert adaptive_decision(False, FIRST_WINDOW, 1e-5, 0.01, FIRST_WINDOW) == "inline"
     assert adaptive_decision(False, MIN_WINDOW, 0.16, 0.001, MIN_WINDOW) == "window"  # a training loop keeps it
+    # the floor is a parameter (a Prefetcher's away_seconds): 1.25 ms an item is not 5
+    assert adaptive_decision(True, MIN_WINDOW, 0.02, 0.001, MIN_WINDOW, away_seconds=0.005) == "window"
+    assert adaptive_decision(True, MIN_WINDOW, 0.08, 0.001, MIN_WINDOW, away_seconds=0.005) == "thread"
+
+
+@pytest.mark.parametrize("field", ["standby_seconds", "away_seconds"])
+@pytest.mark.parametrize("value", [-0.001, "2 ms", None, True, float("nan")])
+def test_rejects_bad_adaptive_seconds(field, value):
+    with pytest.raises(ValueError, match=field):
+        Prefetcher(range(3), 2, adaptive=True, **{field: value})
 
 
 def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
