@@ -3,6 +3,7 @@ full queue is quick, and tokens/s, data-wait and read latency are reported from 
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
@@ -260,3 +261,29 @@ def test_the_training_loop_does_not_free_its_consumed_batches():
     plain = [b["input_ids"] for b in RunViewLoader(view, 4, prefetch=0, max_steps=30)]
     again = [b["input_ids"] for b in RunViewLoader(view, 4, prefetch=4, max_steps=30)]
     assert all(torch.equal(a, b) for a, b in zip(plain, again, strict=True))
+
+
+@pytest.mark.parametrize("prefetch, step_s", [(0, 0.0), (None, 0.0), (None, 0.005)])
+def test_the_loader_leaves_no_cyclic_garbage_per_batch(prefetch, step_s):
+    """Batches are freed by reference counting, whatever the read-ahead does (none, built inline, the thread for a
+    loop that works between batches): a loader run for 40 steps leaves the garbage collector as much to do as one
+    run for 5 (what opening a loader leaves), so a long training run adds nothing to the collections it pays for."""
+    view = open_run_view(views.lakehouse()["a"], catalog=views.catalog())
+
+    def cyclic_garbage(steps: int) -> int:
+        gc.collect()
+        gc.disable()  # nothing collected behind the count's back
+        try:
+            data = RunViewLoader(view, views.GLOBAL_BATCH, **({} if prefetch is None else {"prefetch": prefetch}))
+            it = iter(data)
+            for _ in range(steps):
+                next(it)
+                time.sleep(step_s)
+            it.close()
+            del it, data
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    cyclic_garbage(5)  # first use: lazy imports and caches
+    assert cyclic_garbage(40) == cyclic_garbage(5)
