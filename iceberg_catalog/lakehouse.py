@@ -77,6 +77,14 @@ class Lakehouse:
             self._catalog = open_catalog(self.config)
         return self._catalog
 
+    def release(self) -> None:
+        """Close the pooled connections of the catalog opened here (a SQL catalog's SQLAlchemy engine) now, not
+        when the garbage collector reaches them: a reader that is done with the catalog (a training process that
+        opened its run view) holds no database connection. The catalog reconnects if it is used again."""
+        engine = getattr(self._catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
     @property
     def lock_key(self) -> str:
         """What per-table commit locks are keyed by (never contains secrets)."""

@@ -742,6 +742,14 @@ def _published_from_catalog(catalog: Lakehouse | Catalog | None, run_view_id: st
     """(manifests row, manifest, token files, samples with their row-group layout, file IO properties) of a
     published view, every check on the way (status, manifest hash, samples digest at the view's tag)."""
     lakehouse = as_lakehouse(catalog)
+    try:
+        return _read_published(lakehouse, run_view_id)
+    finally:
+        if catalog is None:  # opened here: its connections are not the caller's to reuse
+            lakehouse.release()
+
+
+def _read_published(lakehouse: Lakehouse, run_view_id: str):
     row = _manifest_row(lakehouse, run_view_id)
     check_status(run_view_id, row["status"], row.get("superseded_by_request"))
     manifest = parse_manifest(row["manifest_json"], row["manifest_sha256"], run_view_id)

@@ -138,3 +138,17 @@ def test_only_the_first_open_race_of_a_sql_catalog_is_retried():
     assert _lost_create_race(IntegrityError(dup))
     assert not _lost_create_race(IntegrityError("null value in column violates not-null constraint"))
     assert not _lost_create_race(ValueError(dup))
+
+
+def test_release_closes_the_catalogs_pooled_connections_and_it_still_works(tokenlake_home):
+    from iceberg_catalog import Lakehouse
+    from iceberg_catalog.schemas import RAW_WARC_RECORDS
+
+    lakehouse = Lakehouse(CatalogConfig.embedded())
+    assert lakehouse.snapshot_id(RAW_WARC_RECORDS) is None  # opens the catalog: a connection back in the pool
+    engine = lakehouse.catalog.engine
+    assert engine.pool.checkedin() >= 1
+    lakehouse.release()
+    assert engine.pool.checkedin() == 0  # closed now, not at garbage collection
+    assert lakehouse.snapshot_id(RAW_WARC_RECORDS) is None  # and the catalog reconnects when used again
+    Lakehouse(catalog=None).release()  # nothing opened: nothing to close
