@@ -11,8 +11,14 @@ on a full buffer refills it; each against a baseline from the same run.
 3. A consumer that takes items at once (no step): items/s over `--fast-items` items that each cost ~0.3 ms of
    numpy work, the adaptive Prefetcher (the loader's setting: it should build them in the consumer's thread)
    against a fixed read-ahead thread; and which mode the adaptive one ended in. Median of 5.
+4. A training loop, then a fast one (the adaptive decisions on a real clock, which the tests drive with their
+   own): `--loop-items` of those items with a `--step-ms` step after each, data-wait fraction (time in `next()`
+   over the loop's time) with the adaptive Prefetcher against building each item in the loop itself (no
+   read-ahead), and its mode after them (thread expected); then `--fast-items` taken at once, and its mode after
+   them (inline expected). Median of 3.
 
-    python bench/prefetch.py [--steps 300] [--step-ms 16] [--rounds 20] [--fast-items 400] [--json]
+    python bench/prefetch.py [--steps 300] [--step-ms 16] [--rounds 20] [--fast-items 400] [--loop-items 100]
+                             [--json]
 
 Wall-clock measurements: on a loaded machine both sides slow down; the ratios are the result.
 """
@@ -101,9 +107,38 @@ def fast_consumer_items_per_s(adaptive: bool, n: int) -> tuple[float, str]:
     for _ in pf:
         pass
     rate = n / (time.perf_counter() - t0)
-    mode = "inline" if pf.inline else "thread"
+    mode = _mode(pf)
     pf.close()
     return rate, mode
+
+
+def _mode(pf: Prefetcher) -> str:
+    return "inline" if pf.inline else "thread"
+
+
+def waited_fraction(it, n: int, step_s: float) -> float:
+    """Share of a loop's wall time spent in `next(it)`, over `n` items with a `step_s` sleep (a step) after each."""
+    wait, t0 = 0.0, time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        next(it)
+        wait += time.perf_counter() - t
+        time.sleep(step_s)
+    return wait / (time.perf_counter() - t0)
+
+
+def loop_then_fast(loop_items: int, step_s: float, fast_items: int) -> tuple[float, float, str, str]:
+    """(adaptive data-wait fraction, no read-ahead data-wait fraction, adaptive mode after the loop, after the fast
+    items) for a training loop of `loop_items` steps followed by `fast_items` taken at once."""
+    pf = Prefetcher(numpy_items(loop_items + fast_items), 8, adaptive=True)
+    adaptive = waited_fraction(pf, loop_items, step_s)
+    after_loop = _mode(pf)
+    for _ in range(fast_items):
+        next(pf)
+    after_fast = _mode(pf)
+    pf.close()
+    inline = waited_fraction(numpy_items(loop_items), loop_items, step_s)
+    return adaptive, inline, after_loop, after_fast
 
 
 def main() -> int:
@@ -112,6 +147,7 @@ def main() -> int:
     p.add_argument("--step-ms", type=float, default=16.0)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--fast-items", type=int, default=400)
+    p.add_argument("--loop-items", type=int, default=100)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table goes to stderr)")
     args = p.parse_args()
     out = sys.stderr if args.json else sys.stdout
@@ -125,6 +161,10 @@ def main() -> int:
     adaptive_ips = statistics.median(a[0] for a, _ in fast)
     thread_ips = statistics.median(t[0] for _, t in fast)
     modes = sorted({a[1] for a, _ in fast})
+    loops = [loop_then_fast(args.loop_items, args.step_ms / 1000, args.fast_items) for _ in range(3)]
+    loop_wait = statistics.median(x[0] for x in loops)
+    inline_wait = statistics.median(x[1] for x in loops)
+    after_loop, after_fast = sorted({x[2] for x in loops}), sorted({x[3] for x in loops})
     print("| measure | ours | baseline | baseline / ours |\n|---|---:|---:|---:|", file=out)
     print(
         f"| next() after a {args.step_ms:g} ms step, median us (baseline: queue.Queue) | {ours_us:.1f} | "
@@ -141,6 +181,12 @@ def main() -> int:
         f"{adaptive_ips:.0f} | {thread_ips:.0f} | {thread_ips / adaptive_ips:.2f}x |",
         file=out,
     )
+    print(
+        f"| training loop ({args.step_ms:g} ms steps), data-wait fraction (ours: adaptive, mode after it "
+        f"{'/'.join(after_loop)}, after {args.fast_items} fast items {'/'.join(after_fast)}; baseline: no "
+        f"read-ahead) | {loop_wait:.4f} | {inline_wait:.4f} | {inline_wait / max(loop_wait, 1e-9):.1f}x |",
+        file=out,
+    )
     if args.json:
         print(
             json.dumps(
@@ -155,6 +201,11 @@ def main() -> int:
                     "fixed_thread_items_per_s": thread_ips,
                     "fast_ratio_vs_fixed_thread": adaptive_ips / thread_ips,
                     "fast_consumer_modes": modes,
+                    "loop_wait_fraction": loop_wait,
+                    "no_readahead_loop_wait_fraction": inline_wait,
+                    "loop_wait_ratio_vs_no_readahead": inline_wait / max(loop_wait, 1e-9),
+                    "modes_after_loop": after_loop,
+                    "modes_after_fast": after_fast,
                     "steps": args.steps,
                     "step_ms": args.step_ms,
                     "rounds": args.rounds,

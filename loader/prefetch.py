@@ -42,7 +42,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _END = object()  # the producer's iterator is exhausted
@@ -202,8 +202,9 @@ def _produce(iterator: Iterator[Any], shared: _Shared) -> None:
 class Prefetcher:
     """Iterate `iterable` on a daemon thread, at most `capacity` items ahead of the consumer; `adaptive`: in the
     consumer's own thread while the consumer takes items faster than the thread makes them (module doc), with
-    `standby_seconds` and `away_seconds` in place of STANDBY_SECONDS and AWAY_SECONDS (tests that must not depend
-    on how loaded the machine is set them far from the times they measure)."""
+    `standby_seconds` and `away_seconds` in place of STANDBY_SECONDS and AWAY_SECONDS, and `clock` (seconds) for
+    the consumer's time away and waited: tests drive the decisions with their own clock and settings, so they
+    do not depend on how loaded the machine is (the real timings: bench/prefetch.py)."""
 
     def __init__(
         self,
@@ -214,6 +215,7 @@ class Prefetcher:
         adaptive: bool = False,
         standby_seconds: float = STANDBY_SECONDS,
         away_seconds: float = AWAY_SECONDS,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"Prefetcher capacity must be an int >= 1, got {capacity!r}")
@@ -226,6 +228,7 @@ class Prefetcher:
         self._name = name
         self._shared = _Shared(capacity, float(standby_seconds))
         self.away_seconds = float(away_seconds)
+        self._clock = clock
         self._done = False  # the consumer has seen the end or an error, or closed
         self.consumed = 0
         self.wait_seconds = 0.0  # total time the consumer spent blocked in __next__ (or building inline)
@@ -251,7 +254,7 @@ class Prefetcher:
         if self._done:
             raise StopIteration
         shared = self._shared
-        started = time.perf_counter()
+        started = self._clock()
         if shared.standby in ("waiting", "go"):
             self._settle_standby()
         if self.inline:
@@ -264,7 +267,7 @@ class Prefetcher:
             if shared.producer_waiting and len(shared.items) <= shared.low:
                 with shared.cv:
                     shared.cv.notify_all()
-        self.last_wait_seconds = time.perf_counter() - started
+        self.last_wait_seconds = self._clock() - started
         self.wait_seconds += self.last_wait_seconds
         if self.adaptive and not _is_final(item):
             self._adapt(started)
@@ -277,7 +280,7 @@ class Prefetcher:
         self.consumed += 1
         if self.consumed == 1 and self.inline and not self.switches:  # (inline: an adaptive Prefetcher)
             self._arm()
-            self._returned_at = time.perf_counter()  # starting the thread is not the consumer's time away
+            self._returned_at = self._clock()  # starting the thread is not the consumer's time away
         return item
 
     def _arm(self) -> None:
@@ -322,7 +325,7 @@ class Prefetcher:
         """Count this item into the window (time away since the last item was returned, time in this `next()`);
         building inline, start the producer once the window shows a consumer that works between items; reading
         ahead, at the window's end pause it for one that does not (module doc)."""
-        now = time.perf_counter()
+        now = self._clock()
         window = self._window
         if self.inline and self._shared.items:  # still serving what the producer left: nothing built, not counted
             self._returned_at = now
@@ -344,7 +347,7 @@ class Prefetcher:
         self._window_items = max(2 * self.capacity, MIN_WINDOW)
         if decision == "inline":
             self._pause()
-            self._returned_at = time.perf_counter()  # joining the producer is not the consumer's time away
+            self._returned_at = self._clock()  # joining the producer is not the consumer's time away
 
     def _pause(self) -> None:
         """Stop the producer before its next item (it finishes the one it is building) and build inline."""

@@ -242,11 +242,11 @@ def test_a_producer_that_waits_for_the_consumer_still_gets_each_item_through():
     assert got == list(range(20))
 
 
-class Timed:
-    """A source whose items take `build_s` seconds of CPU-free time each (sleeping stands for reading)."""
+class Recorded:
+    """A source that records which thread built each item, fails at `fail_at` and says when it was closed."""
 
-    def __init__(self, n: int, build_s: float = 0.0, fail_at: int | None = None) -> None:
-        self.n, self.build_s, self.fail_at = n, build_s, fail_at
+    def __init__(self, n: int, fail_at: int | None = None) -> None:
+        self.n, self.fail_at = n, fail_at
         self.threads: list[str] = []
         self.closed = threading.Event()
 
@@ -255,62 +255,67 @@ class Timed:
             for i in range(self.n):
                 if i == self.fail_at:
                     raise RuntimeError(f"row group {i} unreadable")
-                time.sleep(self.build_s)
                 self.threads.append(threading.current_thread().name)
                 yield i
         finally:
             self.closed.set()
 
 
-def test_adaptive_starts_inline_reads_ahead_for_a_slow_consumer_and_builds_inline_again_for_a_fast_one():
+class Clock:
+    """The consumer's clock, advanced by the test: a "training step" is what the test says it is, not what a loaded
+    machine made of a sleep (how the real timings play out: bench/prefetch.py)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_adaptive_starts_inline_and_reads_ahead_once_the_consumer_works_between_items():
     """An adaptive Prefetcher builds inline for a consumer that takes items at once (its armed producer ends
-    unused); when the consumer starts working between items it gets the read-ahead thread within a few items;
-    when it takes them at once again they are built in its own thread after a window; the items arrive in order
-    throughout. The armed producer waits a minute and the thread needs 5 ms away an item, so that a descheduled
-    test thread cannot pass for a consumer away (the real 2 ms / 1 ms: bench/prefetch.py, and the rule on given
-    seconds below)."""
-    source = Timed(200, build_s=0.002)
-    pf = Prefetcher(source, 4, adaptive=True, standby_seconds=60, away_seconds=0.005)
-    got = [next(pf) for _ in range(40)]  # no work between items: the consumer waits for every one
+    unused); once the consumer works between items (20 ms steps on its clock) it gets the read-ahead thread at the
+    window's decision and keeps it through 10 ms steps; the items arrive in order throughout. (Pausing the thread
+    for a consumer that only waits is the rule below on given seconds, and `_pause` in the deadlock test.)"""
+    clock = Clock()
+    source = Recorded(200)
+    pf = Prefetcher(source, 4, adaptive=True, standby_seconds=3600, clock=clock)
+    got = [next(pf) for _ in range(40)]  # no work between items
     assert pf.inline and pf.switches == 0 and not pf.alive
     assert set(source.threads) == {threading.current_thread().name}
-    for _ in range(5):  # 20 ms of work per item: reading ahead overlaps it (the window still holds fast items)
+    for _ in range(5):  # 20 ms of work per item: 16 counted items average > 1 ms away at the second one
         got.append(next(pf))
-        time.sleep(0.02)
+        clock.step(0.02)
     assert not pf.inline and pf.switches == 1 and pf.alive
     for _ in range(30):
         got.append(next(pf))
-        time.sleep(0.01)
+        clock.step(0.01)
     assert not pf.inline and pf.switches == 1
     assert "tokenlake-prefetch" in source.threads
-    got.extend(next(pf) for _ in range(60))  # fast again: paused after a window, built inline
-    assert pf.inline and pf.switches == 2
-    inline_built = source.threads[-10:]
     got.extend(pf)
     assert got == list(range(200))
-    assert set(inline_built) == {threading.current_thread().name}
     assert source.closed.is_set() and pf.close()
 
 
 def test_adaptive_start_reads_ahead_during_a_first_step_and_stays_inline_for_a_fast_consumer():
-    """After the first item a producer waits `standby_seconds`: a consumer still away by then (a training step)
-    has its second item read ahead; one that is back at once cancels it and builds every item in its own thread.
-    (The waits are far from the times the test takes: 2 ms against a 200 ms step; a minute, and 50 ms away an
-    item for the thread, against a consumer that is back at once, however loaded the machine.)"""
+    """After the first item a producer waits `standby_seconds` for the consumer's next call: once it has given up
+    waiting (a consumer still in its first training step) the second item is read ahead; a consumer back before
+    that cancels it and builds every item in its own thread."""
     me = threading.current_thread().name
-    source = Timed(200, build_s=0.001)
-    pf = Prefetcher(source, 8, adaptive=True)
-    assert pf._shared.standby_seconds == STANDBY_SECONDS
+    source = Recorded(200)
+    pf = Prefetcher(source, 8, adaptive=True, standby_seconds=0)
     next(pf)
-    assert pf.inline and pf.alive  # armed: the producer waits for the consumer's next call
-    time.sleep(0.2)  # a first training step
+    wait_until(lambda: pf._shared.standby == "go")  # the consumer is still away when the producer stops waiting
     assert next(pf) == 1 and not pf.inline and pf.switches == 1
     assert source.threads[:2] == [me, "tokenlake-prefetch"]
     assert pf._window_items == FIRST_WINDOW  # the first decision on the thread comes after the short window
     assert pf.close() and source.closed.is_set()
 
-    source = Timed(200, build_s=0.001)
-    pf = Prefetcher(source, 8, adaptive=True, standby_seconds=60, away_seconds=0.05)
+    source = Recorded(200)
+    pf = Prefetcher(source, 8, adaptive=True, standby_seconds=3600, clock=Clock())
     assert [next(pf) for _ in range(30)] == list(range(30))
     assert pf.inline and pf.switches == 0 and not pf.alive  # the armed producer ended unused
     assert set(source.threads) == {me}
@@ -349,8 +354,8 @@ def test_rejects_bad_adaptive_seconds(field, value):
 
 
 def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
-    source = Timed(100, build_s=0.001, fail_at=50)  # the consumer waits for every item: built inline soon
-    pf = Prefetcher(source, 2, adaptive=True)
+    source = Recorded(100, fail_at=50)  # a consumer that takes every item at once: built inline
+    pf = Prefetcher(source, 2, adaptive=True, standby_seconds=3600, clock=Clock())
     got = []
     with pytest.raises(RuntimeError, match="row group 50 unreadable"):
         for item in pf:
@@ -360,8 +365,8 @@ def test_adaptive_inline_failure_and_close_reach_the_consumer_and_the_source():
     with pytest.raises(StopIteration):
         next(pf)
 
-    source = Timed(10**6, build_s=0.001)
-    pf = Prefetcher(source, 2, adaptive=True)
+    source = Recorded(10**6)
+    pf = Prefetcher(source, 2, adaptive=True, standby_seconds=3600, clock=Clock())
     for _ in range(30):
         next(pf)
     assert pf.inline and not pf.alive  # no thread: the source stays open for the consumer
