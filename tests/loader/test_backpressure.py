@@ -19,6 +19,7 @@ from loader import RunViewLoader, in_memory_view, open_run_view
 from loader.metrics import LoaderMetrics, percentile
 from loader.prefetch import CLOSE_TIMEOUT_SECONDS
 from tests.loader import views
+from tests.loader.clock import Clock
 
 MiB = 1 << 20
 
@@ -246,10 +247,8 @@ def test_the_training_loop_does_not_free_its_consumed_batches(monkeypatch):
     batch whatever the machine's load (loader.prefetch; the real timings: bench/prefetch.py)."""
     from loader import prefetch
 
-    clock = [0.0]
-    monkeypatch.setattr(
-        prefetch, "Prefetcher", functools.partial(prefetch.Prefetcher, standby_seconds=0, clock=lambda: clock[0])
-    )
+    clock = Clock()
+    monkeypatch.setattr(prefetch, "Prefetcher", functools.partial(prefetch.Prefetcher, standby_seconds=0, clock=clock))
     view = in_memory_view(views.gpt2_docs(), seq_len=64, eos_id=50256)
     freed_on: list[str] = []
     data = RunViewLoader(view, 4, prefetch=4, max_steps=30)
@@ -259,7 +258,7 @@ def test_the_training_loop_does_not_free_its_consumed_batches(monkeypatch):
         steps.append(batch["step"])
         if len(steps) == 1:  # the first training step lasts until the armed producer has started reading ahead
             wait_until(lambda: data.prefetcher._shared.standby == "go")
-        clock[0] += 0.02  # a 20 ms training step on the read-ahead's clock
+        clock.step(0.02)  # a 20 ms training step on the read-ahead's clock
         assert data.metrics()["readahead"] == ("thread" if len(steps) >= 2 else "inline")  # (loader.prefetch)
     del batch
     assert steps == list(range(30))

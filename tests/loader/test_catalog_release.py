@@ -5,6 +5,7 @@ step. Real PostgreSQL 15 on loopback (tests/cluster/servers.py)."""
 from __future__ import annotations
 
 import gc
+from contextlib import closing
 
 import psycopg2
 import pytest
@@ -16,9 +17,10 @@ from tests.cluster.servers import postgres  # noqa: F401 - fixture
 pytestmark = pytest.mark.slow  # a PostgreSQL server
 
 
-def other_connections(pg) -> int:  # noqa: F811
-    """Client connections to the test database other than the one asking."""
-    with psycopg2.connect(host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname=pg.database) as con:
+def other_connections(pg) -> int:
+    """Client connections to the test database other than the one asking (closed before it returns)."""
+    connect = psycopg2.connect(host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname=pg.database)
+    with closing(connect) as con:
         with con.cursor() as cur:
             cur.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"

@@ -19,6 +19,7 @@ from loader.prefetch import (
     Prefetcher,
     adaptive_decision,
 )
+from tests.loader.clock import Clock
 
 
 def wait_until(predicate, timeout: float = 10.0) -> None:
@@ -259,20 +260,6 @@ class Recorded:
                 yield i
         finally:
             self.closed.set()
-
-
-class Clock:
-    """The consumer's clock, advanced by the test: a "training step" is what the test says it is, not what a loaded
-    machine made of a sleep (how the real timings play out: bench/prefetch.py)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def step(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_adaptive_starts_inline_and_reads_ahead_once_the_consumer_works_between_items():
