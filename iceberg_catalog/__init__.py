@@ -1,22 +1,65 @@
 """The lakehouse layer: table schemas, catalog configuration, the one lakehouse handle, the commit helper,
 the run view contract and the erasure declaration.
 
-Imports no Dagster, so the training-side `loader` package can use the schemas, the handle and the contract.
+Imports no Dagster, so the training-side `loader` package can use the schemas, the handle and the contract; the
+names below are imported on first use (a training process that reads its view through `metadata_files` never
+imports pyiceberg).
 """
 
-from iceberg_catalog.catalog import CatalogConfig, SchemaMismatch, ensure_tables, open_catalog, tokenlake_home
-from iceberg_catalog.commit import (
-    CommitResult,
-    FileWriter,
-    PartitionWriter,
-    Provenance,
-    TaskOutput,
-    TaskResult,
-    WrittenFiles,
-    config_hash,
-)
-from iceberg_catalog.lakehouse import Lakehouse, ScanSlice
-from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` below imports these on first use
+    from iceberg_catalog.catalog import CatalogConfig, SchemaMismatch, ensure_tables, open_catalog, tokenlake_home
+    from iceberg_catalog.commit import (
+        CommitResult,
+        FileWriter,
+        PartitionWriter,
+        Provenance,
+        TaskOutput,
+        TaskResult,
+        WrittenFiles,
+        config_hash,
+    )
+    from iceberg_catalog.lakehouse import Lakehouse, ScanSlice
+    from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
+
+# name -> the module defining it: imported on first use, so that a process importing one light module of the
+# package (the loader: run_view_contract, metadata_files) does not import pyiceberg through the others
+_EXPORTS = {
+    "CatalogConfig": "catalog",
+    "SchemaMismatch": "catalog",
+    "ensure_tables": "catalog",
+    "open_catalog": "catalog",
+    "tokenlake_home": "catalog",
+    "CommitResult": "commit",
+    "FileWriter": "commit",
+    "PartitionWriter": "commit",
+    "Provenance": "commit",
+    "TaskOutput": "commit",
+    "TaskResult": "commit",
+    "WrittenFiles": "commit",
+    "config_hash": "commit",
+    "Lakehouse": "lakehouse",
+    "ScanSlice": "lakehouse",
+    "NAMESPACES": "schemas",
+    "TABLES": "schemas",
+    "TableDef": "schemas",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "NAMESPACES",

@@ -22,13 +22,15 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
-from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from typing import TYPE_CHECKING
 
 from iceberg_catalog.credentials import SECRET_PROPERTIES, URI_PASSWORD, portable, redact_uri, restored, same_catalog
-from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
+
+if TYPE_CHECKING:  # pyiceberg and the schemas are imported where used: `CatalogConfig` alone imports neither (the
+    # loader resolves its catalog and reads an embedded one without pyiceberg, iceberg_catalog.metadata_files)
+    from pyiceberg.catalog import Catalog
+
+    from iceberg_catalog.schemas import TableDef
 
 DEFAULT_CATALOG_NAME = "tokenlake"
 CHECK_TIMEOUT_S = 10.0
@@ -93,6 +95,8 @@ class CatalogConfig:
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"TOKENLAKE_CATALOG points to {str(p)!r}, which is not a file")
+        import yaml
+
         doc = yaml.safe_load(p.read_text()) or {}
         props = doc.get("properties")
         if not isinstance(props, dict) or not props:
@@ -151,6 +155,8 @@ class CatalogConfig:
 
     def load(self) -> Catalog:
         """Open the catalog (creating the embedded directories when needed)."""
+        from pyiceberg.catalog import load_catalog
+
         if URI_PASSWORD in self.missing or {"credential", "token"} & set(self.missing):
             raise CatalogConfigError(
                 f"{self.describe()}: its {', '.join(self.missing)} did not travel with this task (secrets never do): "
@@ -297,10 +303,16 @@ def _add_declared_columns(existing, t: TableDef) -> bool:
     return existing.refresh().schema().as_struct() == t.schema.as_struct()
 
 
-def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] = TABLES.values()) -> None:
-    """Create every namespace and any missing table; add the optional columns a newer declaration appends
-    (`_add_declared_columns`); refuse an existing table whose schema differs otherwise from its declaration
-    (field ids, names, types), since data files are written by declared field id."""
+def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] | None = None) -> None:
+    """Create every namespace and any missing table (`tables`: all of iceberg_catalog.schemas by default); add
+    the optional columns a newer declaration appends (`_add_declared_columns`); refuse an existing table whose
+    schema differs otherwise from its declaration (field ids, names, types), since data files are written by
+    declared field id."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+
+    from iceberg_catalog.schemas import NAMESPACES, TABLES
+
+    tables = TABLES.values() if tables is None else tables
     for ns in NAMESPACES:
         try:
             catalog.create_namespace(ns)

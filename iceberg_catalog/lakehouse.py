@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -29,6 +28,7 @@ from iceberg_catalog.commit import (
     table_commit_lock,
     task_output,
 )
+from iceberg_catalog.metadata_files import local_path
 from iceberg_catalog.schemas import TABLES, TableDef
 
 
@@ -218,18 +218,11 @@ class ForeignTableLocation(RuntimeError):
     """A table's files lie outside the configured warehouse: writing would change another lakehouse."""
 
 
-def _local_path(uri: str) -> str | None:
-    """The absolute local path of a `file://` URI or a plain path; None for object stores and names."""
-    if uri.startswith("file://"):
-        return unquote(urlparse(uri).path).rstrip("/")
-    return uri.rstrip("/") if uri.startswith("/") else None
-
-
 def check_location(t: TableDef, location: str, warehouse: str) -> None:
     """Refuse a local table whose location is not under a local warehouse. Iceberg metadata holds absolute
     paths, so a copied lakehouse (`cp -a .tokenlake elsewhere`) still points at the original's files: writing
     through the copy would rewrite the original."""
-    root, path = _local_path(warehouse), _local_path(location)
+    root, path = local_path(warehouse), local_path(location)
     if root is None or path is None or path == root or path.startswith(root + "/"):
         return
     raise ForeignTableLocation(

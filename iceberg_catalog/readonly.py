@@ -13,16 +13,13 @@ through it. Other catalogs (PostgreSQL, REST, an S3 warehouse) open as usual (`r
 from __future__ import annotations
 
 import os
-import sqlite3
-from contextlib import closing
-from urllib.parse import quote
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.table import StaticTable
 
 from iceberg_catalog.catalog import CatalogConfig
-from iceberg_catalog.lakehouse import _local_path
+from iceberg_catalog.metadata_files import NoSuchTable, catalog_pointer, local_path
 
 LOCAL_FILE_IO = f"{__name__}.LocalFileIO"
 
@@ -34,7 +31,7 @@ class ReadOnlyLakehouseError(PermissionError):
 class LocalInputFile(InputFile):
     def __init__(self, location: str) -> None:
         super().__init__(location)
-        path = _local_path(location)
+        path = local_path(location)
         if path is None:
             raise ValueError(f"LocalFileIO reads local files (file:// or an absolute path), got {location!r}")
         self.path = path
@@ -75,23 +72,16 @@ class ReadOnlyCatalog:
         # metadata of a local warehouse is read with LocalFileIO; an S3 warehouse keeps pyiceberg's FileIO
         self._table_properties = (
             {**self.properties, "py-io-impl": LOCAL_FILE_IO}
-            if _local_path(config.warehouse) is not None
+            if local_path(config.warehouse) is not None
             else self.properties
         )
 
     def metadata_location(self, identifier: str | tuple[str, ...]) -> str:
         """The table's current metadata file, as the catalog records it."""
-        parts = tuple(identifier.split(".")) if isinstance(identifier, str) else tuple(identifier)
-        namespace, name = ".".join(parts[:-1]), parts[-1]
-        with closing(sqlite3.connect(f"file:{quote(str(self.db))}?mode=ro", uri=True)) as con:
-            row = con.execute(
-                "SELECT metadata_location FROM iceberg_tables "
-                "WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?",
-                (self.name, namespace, name),
-            ).fetchone()
-        if row is None or not row[0]:
-            raise NoSuchTableError(f"Table does not exist: {namespace}.{name} (catalog {self.name!r}, {self.db})")
-        return str(row[0])
+        try:
+            return catalog_pointer(str(self.db), self.name, identifier)
+        except NoSuchTable as exc:
+            raise NoSuchTableError(str(exc)) from None
 
     def load_table(self, identifier: str | tuple[str, ...]) -> StaticTable:
         return StaticTable.from_metadata(self.metadata_location(identifier), self._table_properties)

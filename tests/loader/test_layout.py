@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -20,26 +19,7 @@ from iceberg_catalog import run_view_contract as contract
 from iceberg_catalog.schemas import RUN_VIEW_SAMPLES
 from loader import RunViewLoader, open_run_view
 from tests.loader import views
-from tests.loader.views import GLOBAL_BATCH, run, same_batch
-
-
-@contextmanager
-def without_layout_property(run_view_id: str, value: str | None = None):
-    """run_view.samples without (or with `value` for) the view's layout property, as a view published before
-    layouts existed (or with an altered pointer) has it; restored afterwards."""
-    lh = views.handle()
-    prop = contract.layout_property(run_view_id)
-    old = lh.table(RUN_VIEW_SAMPLES).properties[prop]
-    with lh.table(RUN_VIEW_SAMPLES).transaction() as tx:
-        if value is None:
-            tx.remove_properties(prop)
-        else:
-            tx.set_properties({prop: value})
-    try:
-        yield old
-    finally:
-        with lh.table(RUN_VIEW_SAMPLES).transaction() as tx:
-            tx.set_properties({prop: old})
+from tests.loader.views import GLOBAL_BATCH, run, same_batch, without_layout_property
 
 
 def test_the_published_layout_equals_the_located_one_and_old_views_still_open():

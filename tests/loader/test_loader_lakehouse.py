@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,10 +11,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from iceberg_catalog import CatalogConfig
+from iceberg_catalog.readonly import read_only_catalog
 from iceberg_catalog.run_view_contract import manifest_sha256, run_view_id, samples_digest
 from loader import in_memory_view, open_run_view
 from loader.view import as_lakehouse
 from tests.loader import views
+from tests.loader.views import without_layout_property
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,20 +27,44 @@ def test_loader_imports_without_dagster():
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
-def test_a_training_process_reaches_its_first_batch_without_pandas_or_sqlalchemy():
-    """Opening from the configured (embedded) catalog and reading a batch needs neither: together they were
-    ~0.5 s of a fresh process's ~2 s to its first batch (bench/loader.py, first_batch_heavy_imports)."""
+def first_batch_imports(env_home: Path) -> list[str]:
+    """The heavy modules a fresh process imported by its first batch from the configured (embedded) catalog."""
     code = (
         "import sys, loader\n"
         f"view = loader.open_run_view({views.lakehouse()['a']!r})\n"
         "batch = next(iter(loader.RunViewLoader(view, 24, seq_len=64)))\n"
         "assert batch['input_ids'].shape == (24, 64), batch['input_ids'].shape\n"
-        "print(sorted(m for m in ('pandas', 'sqlalchemy', 'pyarrow.dataset', 'dagster') if m in sys.modules))\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TOKENLAKE_CATALOG"}
-    env["TOKENLAKE_HOME"] = str(views.lakehouse()["home"])
+    env["TOKENLAKE_HOME"] = str(env_home)
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=120, capture_output=True)
-    assert out.stdout.decode().strip().splitlines()[-1] == "[]"
+    return json.loads(out.stdout.decode().strip().splitlines()[-1].replace("'", '"'))
+
+
+HEAVY = ("pyiceberg", "pydantic", "pandas", "sqlalchemy", "pyarrow.dataset", "yaml", "dagster")
+
+
+def test_a_training_process_reaches_its_first_batch_without_pyiceberg_pandas_or_sqlalchemy():
+    """Opening from the configured (embedded) catalog reads the tables' metadata files itself
+    (iceberg_catalog.metadata_files): pyiceberg and pydantic were ~0.35 s of a fresh process's ~2 s to its first
+    batch, pandas and SQLAlchemy ~0.5 s before that (bench/loader.py, first_batch_heavy_imports)."""
+    assert first_batch_imports(views.lakehouse()["home"]) == []
+
+
+def test_a_view_the_metadata_reader_cannot_open_opens_through_pyiceberg(monkeypatch):
+    """A view published without its layout is located by a pyiceberg scan: the configured catalog falls back to it
+    (same view), and the fresh process then imports pyiceberg (the check above can fail)."""
+    rv = views.lakehouse()["a"]
+    with without_layout_property(rv):
+        assert "pyiceberg" in first_batch_imports(views.lakehouse()["home"])
+        monkeypatch.setenv("TOKENLAKE_HOME", str(views.lakehouse()["home"]))
+        monkeypatch.delenv("TOKENLAKE_CATALOG", raising=False)
+        located = open_run_view(rv)
+    assert located.source.group_sha256 is None  # located, not read from the published layout
+    published = views.view("a")
+    assert located.source.files == published.source.files
+    assert np.array_equal(located.block_ids, published.block_ids)
 
 
 def test_a_lakehouse_a_bare_catalog_and_the_configured_default_open_the_same_view(monkeypatch):
@@ -45,9 +73,11 @@ def test_a_lakehouse_a_bare_catalog_and_the_configured_default_open_the_same_vie
     monkeypatch.setenv("TOKENLAKE_HOME", str(views.lakehouse()["home"]))
     monkeypatch.delenv("TOKENLAKE_CATALOG", raising=False)
     by_default = open_run_view(views.lakehouse()["a"])
-    for v in (by_catalog, by_default):
+    by_reader = open_run_view(views.lakehouse()["a"], catalog=read_only_catalog(CatalogConfig.resolve()))
+    for v in (by_catalog, by_default, by_reader):  # the last two read the metadata files without pyiceberg
         assert (v.run_view_id, v.manifest_sha256) == (by_handle.run_view_id, by_handle.manifest_sha256)
         assert v.samples.equals(by_handle.samples) and np.array_equal(v.block_ids, by_handle.block_ids)
+        assert v.source.files == by_handle.source.files and v.source.group_sha256 == by_handle.source.group_sha256
     # a wrapped catalog locks on the same key as the handle of the same configuration
     assert as_lakehouse(views.catalog()).lock_key == views.handle().lock_key
     handle = views.handle()
@@ -64,7 +94,7 @@ def test_an_in_memory_view_follows_the_contract():
 def test_a_node_local_layout_cache_gives_the_same_view_and_survives_corruption(tmp_path, monkeypatch):
     from loader import open_run_view
     from tests.loader import views
-    from tests.loader.test_layout import without_layout_property
+    from tests.loader.views import without_layout_property
 
     monkeypatch.setenv("TOKENLAKE_LAYOUT_CACHE", str(tmp_path))
     with without_layout_property(views.lakehouse()["a"]):  # a view published without a layout: located

@@ -8,6 +8,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import numpy as np
 import torch
 
 from iceberg_catalog import CatalogConfig, Lakehouse, open_catalog
+from iceberg_catalog import run_view_contract as contract
+from iceberg_catalog.schemas import RUN_VIEW_SAMPLES
 
 GLOBAL_BATCH = 24  # divisible by every world size the issue names: 1, 2, 3, 4, 6, 8
 SEQ_LEN = 64
@@ -133,3 +136,22 @@ def gloo_worker(rank: int, world: int, port: int, bundle_dir: str, out_dir: str,
         )
     finally:
         dist.destroy_process_group()
+
+
+@contextmanager
+def without_layout_property(run_view_id: str, value: str | None = None):
+    """run_view.samples without (or with `value` for) the view's layout property, as a view published before
+    layouts existed (or with an altered pointer) has it; restored afterwards."""
+    lh = handle()
+    prop = contract.layout_property(run_view_id)
+    old = lh.table(RUN_VIEW_SAMPLES).properties[prop]
+    with lh.table(RUN_VIEW_SAMPLES).transaction() as tx:
+        if value is None:
+            tx.remove_properties(prop)
+        else:
+            tx.set_properties({prop: value})
+    try:
+        yield old
+    finally:
+        with lh.table(RUN_VIEW_SAMPLES).transaction() as tx:
+            tx.set_properties({prop: old})
