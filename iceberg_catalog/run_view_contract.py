@@ -29,15 +29,11 @@ STATUSES = ("candidate", "published", "rejected", "superseded")
 TOKEN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 SAMPLE_DIGEST_COLUMNS = ("sample_index", "doc_id", "repetition", "n_tokens", "tokens_sha256")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-# (namespace, name) of the tables a published view is read from; `iceberg_catalog.schemas` declares them by these
-MANIFESTS_TABLE = ("run_view", "manifests")
-SAMPLES_TABLE = ("run_view", "samples")
-TOKENS_TABLE = ("tokenized", "documents")
-
-
-def identifier(table: tuple[str, str]) -> str:
-    """`namespace.name`, as Iceberg catalogs and the manifest's `inputs` name a table."""
-    return ".".join(table)
+# identifiers (namespace.name, as catalogs and the manifest's `inputs` name them) of the tables a published view is
+# read from; `iceberg_catalog.schemas` declares them by these
+MANIFESTS_TABLE = "run_view.manifests"
+SAMPLES_TABLE = "run_view.samples"
+TOKENS_TABLE = "tokenized.documents"
 
 
 def canonical_json(manifest: Mapping[str, object]) -> str:

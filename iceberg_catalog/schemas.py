@@ -322,7 +322,7 @@ TOKENIZED_TOKENIZERS = TableDef(
 # Kept documents as token arrays (EOS appended), one row per document, in the curated partition's order.
 # Data files are written in row groups of `docs_per_row_group` documents (assets/tokenized/README.md).
 TOKENIZED_DOCUMENTS = TableDef(
-    *contract.TOKENS_TABLE,
+    *contract.TOKENS_TABLE.split("."),
     _fields(
         (1, "tokenizer_id", StringType(), True),
         (2, "doc_id", StringType(), True),
@@ -425,7 +425,7 @@ QUARANTINE_SCREENINGS = TableDef(
 # changes; status moves candidate -> published | rejected, published -> superseded, each move one commit
 # that rewrites only this view's partition, so the table's snapshot history is the audit log.
 RUN_VIEW_MANIFESTS = TableDef(
-    *contract.MANIFESTS_TABLE,
+    *contract.MANIFESTS_TABLE.split("."),
     _fields(
         (1, "run_view_id", StringType(), True),  # <name>-<manifest_sha256[:12]>
         (2, "name", StringType(), True),
@@ -451,7 +451,7 @@ RUN_VIEW_MANIFESTS = TableDef(
 # The selected documents of a run view in its canonical order (sample_index 0..n-1): a document appears once
 # per repetition. Tokens are not copied: the loader reads them from tokenized.documents at the pinned snapshot.
 RUN_VIEW_SAMPLES = TableDef(
-    *contract.SAMPLES_TABLE,
+    *contract.SAMPLES_TABLE.split("."),
     _fields(
         (1, "run_view_id", StringType(), True),
         (2, "sample_index", LongType(), True),

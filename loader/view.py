@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 from iceberg_catalog import arrays
 from iceberg_catalog import run_view_contract as contract
 from iceberg_catalog.metadata_files import TableState, UnsupportedTableState, catalog_pointer, local_path, read_local
+from iceberg_catalog.run_view_contract import MANIFESTS_TABLE, SAMPLES_TABLE, TOKENS_TABLE
 from loader.errors import (
     ChecksumMismatch,
     ManifestIntegrityError,
@@ -520,10 +521,6 @@ def _view_from_layout(
 
 # --- the lakehouse ----------------------------------------------------------------------------------------
 
-MANIFESTS_TABLE, SAMPLES_TABLE, TOKENS_TABLE = (
-    contract.identifier(t) for t in (contract.MANIFESTS_TABLE, contract.SAMPLES_TABLE, contract.TOKENS_TABLE)
-)
-
 
 def as_lakehouse(catalog: Lakehouse | Catalog | None = None) -> Lakehouse:
     """The lakehouse to read: a `Lakehouse` as is, a pyiceberg catalog wrapped, None = the configured catalog
@@ -556,9 +553,14 @@ class _IcebergTables:
         self.lakehouse = lakehouse
         defs = (schemas.RUN_VIEW_MANIFESTS, schemas.RUN_VIEW_SAMPLES, schemas.TOKENIZED_DOCUMENTS)
         self._defs = {t.identifier: t for t in defs}
+        self._tables: dict = {}
 
     def table(self, ident: str):
-        return self.lakehouse.table(self._defs[ident])
+        """The table, loaded once per open: its tag, rows and properties are read from one metadata version."""
+        table = self._tables.get(ident)
+        if table is None:
+            table = self._tables[ident] = self.lakehouse.table(self._defs[ident])
+        return table
 
     def rows(self, ident: str, snapshot_id: int | None, run_view_id: str, columns: Sequence[str]) -> pa.Table:
         """`columns` of the rows of `run_view_id` at `snapshot_id` (None: the current snapshot)."""
