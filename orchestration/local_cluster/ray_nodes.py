@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -174,25 +175,45 @@ class NodeExited(RuntimeError):
         self.ip = ip
 
 
-def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 90.0) -> None:
-    """Until `n` nodes are alive (asked from a short-lived driver process, so this process stays unconnected)."""
+def _gcs_listening(address: str) -> bool:
+    """Whether the head's GCS port accepts a TCP connection yet (a driver started before that blocks in
+    `ray.init` for up to a minute, retrying on its own)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_nodes(cluster: RayCluster, n: int, timeout: float = 180.0) -> None:
+    """Until `n` nodes are alive (asked from a short-lived driver process, so this process stays unconnected).
+    A node process that exits raises `NodeExited`; a probe driver that hangs (a loaded machine, a GCS still
+    starting) is killed after at most 60 s and the cluster asked again, never taken as an answer."""
     probe = (
         "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False);"
         "print(sum(1 for x in ray.nodes() if x['Alive']))"
     )
     deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
+    last = "the head's GCS port never accepted a connection"
+    while (left := deadline - time.monotonic()) > 0:
         for ip, proc in cluster.procs.items():
             if proc.poll() is not None:
                 raise NodeExited(ip, proc.returncode, cluster.log_path(ip))
-        r = subprocess.run(
-            [sys.executable, "-c", probe, cluster.address],
-            env=cluster.proc_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        if not _gcs_listening(cluster.address):
+            time.sleep(0.5)
+            continue
+        try:
+            r = subprocess.run(
+                [sys.executable, "-c", probe, cluster.address],
+                env=cluster.proc_env,
+                capture_output=True,
+                text=True,
+                timeout=min(max(left, 5.0), 60.0),
+            )
+        except subprocess.TimeoutExpired as exc:
+            last = f"a probe driver hung for {exc.timeout:.0f} s and was killed"
+            continue
         last = (r.stdout.strip().splitlines() or [""])[-1] + r.stderr[-500:]
         if r.returncode == 0 and last.split()[0].isdigit() and int(last.split()[0]) >= n:
             return
