@@ -39,6 +39,8 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -108,6 +110,40 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return 0, 1
 
 
+class _SegmentRead:
+    """One stream segment read on its own daemon thread: `result()` waits for its tokens (or raises what the read
+    raised: a corrupt row group stops the loader when the segment is needed, never before and never silently);
+    a read started in another process (a DataLoader worker forked while it ran) is never waited for."""
+
+    def __init__(self, key: tuple[int, int, int], read: Callable[..., np.ndarray]) -> None:
+        self.key, self._pid = key, os.getpid()
+        self._tokens: np.ndarray | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(read,), name="tokenlake-segment-read", daemon=True)
+        self._thread.start()
+
+    def _run(self, read: Callable[..., np.ndarray]) -> None:
+        try:
+            self._tokens = read(*self.key)
+        except BaseException as exc:  # handed to the thread that needs the segment
+            self._error = exc
+
+    def wait(self) -> bool:
+        """Whether the read finished in this process (False: it was started before a fork)."""
+        if self._pid != os.getpid():
+            return False
+        self._thread.join()
+        return True
+
+    def result(self) -> np.ndarray | None:
+        """The tokens, None when the read belongs to another process."""
+        if not self.wait():
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._tokens
+
+
 class BatchPlan:
     """Which tokens every rank serves at every global step of a run view: pure given the view."""
 
@@ -139,10 +175,13 @@ class BatchPlan:
         # (epoch, first order position held, end) -> (its stream offset, the tokens in serving order): the last
         # stream segments read (`_segment`)
         self._segments: OrderedDict[tuple[int, int, int], tuple[int, np.ndarray]] = OrderedDict()
+        self.read_ahead = True  # read the next segment on a thread while this one is packed (`_read_ahead`)
+        self._ahead: _SegmentRead | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_segments"] = OrderedDict()  # tokens stay in their process
+        state["_ahead"] = None  # and so do threads
         return state
 
     @property
@@ -274,8 +313,8 @@ class BatchPlan:
         elif not self._segments and world_size > 1:  # a rank's first read (a start or a resume): see above
             p_cap = p_hi
         order, offsets = self.epoch_layout(epoch)
-        samples = order[p_lo:p_hi]
-        doc_starts = offsets[p_lo : p_hi + 1]
+        stream = self._stream_tokens(epoch, p_lo, t_lo, t_end, p_cap)
+        self._read_ahead(rank, world_size, last_step)
         return {
             "step": int(step),
             "n_steps": int(n_steps),
@@ -285,9 +324,9 @@ class BatchPlan:
             "sequences": (seqs.start, seqs.stop),
             "t_lo": int(t_lo),
             "total": int(offsets[-1]),
-            "stream": self._stream_tokens(epoch, p_lo, t_lo, t_end, p_cap),
-            "doc_starts": doc_starts,
-            "samples": samples,
+            "stream": stream,
+            "doc_starts": offsets[p_lo : p_hi + 1],
+            "samples": order[p_lo:p_hi],
         }
 
     def assemble(self, compact: Mapping[str, Any]) -> dict[str, Any]:
@@ -343,18 +382,42 @@ class BatchPlan:
         have small windows), read, verified and laid out in serving order once, from where the first read in it
         begins (a resumed run or a DataLoader worker's first step reads no earlier documents), then sliced by
         every read in them; a new one ends by order position `p_cap` when given (what this reader reads before
-        it skips ahead). The last `_SEGMENTS_KEPT` segments are kept."""
+        it skips ahead). The last `_SEGMENTS_KEPT` segments are kept; one read ahead (`_read_ahead`) is taken
+        when it is the segment asked for."""
         for key in reversed(self._segments):
             e, p_from, p_end = key
             if e == epoch and p_from <= p_lo < p_end:
                 self._segments.move_to_end(key)
                 return (p_from, p_end, *self._segments[key])
-        order, offsets, _, starts = self._epoch(epoch)
+        key = (epoch, p_lo, self._segment_end(epoch, p_lo, p_cap))
+        ahead, self._ahead = self._ahead, None
+        tokens = ahead.result() if ahead is not None and ahead.key == key else None
+        if tokens is None:
+            if ahead is not None:
+                ahead.wait()  # the source is read by one thread at a time
+            tokens = self._read_segment(*key)
+        self._segments[key] = (int(self._epoch(epoch)[1][p_lo]), tokens)
+        while len(self._segments) > _SEGMENTS_KEPT:
+            self._segments.popitem(last=False)
+        return key[1], key[2], *self._segments[key]
+
+    def stop_reading_ahead(self) -> None:
+        """Wait for the segment read ahead, if any, and drop it (a closed loader leaves no thread reading)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.wait()
+
+    def _segment_end(self, epoch: int, p_lo: int, p_cap: int | None) -> int:
+        """The end (order position) of the segment that starts at `p_lo` (see `_segment`)."""
+        _, offsets, _, starts = self._epoch(epoch)
         w = int(np.searchsorted(starts, p_lo, side="right")) - 1
         w_end = int(np.searchsorted(offsets[starts], int(offsets[p_lo]) + SEGMENT_TOKENS, side="left"))
         p_end = int(starts[min(max(w_end, w + 1), len(starts) - 1)])
-        if p_cap is not None:
-            p_end = min(p_end, max(int(p_cap), p_lo + 1))
+        return p_end if p_cap is None else min(p_end, max(int(p_cap), p_lo + 1))
+
+    def _read_segment(self, epoch: int, p_lo: int, p_end: int) -> np.ndarray:
+        """The verified stream tokens of order positions [p_lo, p_end) of `epoch`, in serving order."""
+        order, offsets = self.epoch_layout(epoch)
         samples = order[p_lo:p_end]
         source = self.view.source
         if hasattr(source, "read_stream"):
@@ -368,10 +431,35 @@ class BatchPlan:
                 f"run view {self.view.run_view_id}: the documents at order positions {p_lo}..{p_end - 1} of epoch "
                 f"{epoch} hold {len(tokens)} tokens, their n_tokens in the view say {want}"
             )
-        self._segments[(epoch, p_lo, p_end)] = (int(offsets[p_lo]), tokens)
-        while len(self._segments) > _SEGMENTS_KEPT:
-            self._segments.popitem(last=False)
-        return p_lo, p_end, int(offsets[p_lo]), tokens
+        return tokens
+
+    def _read_ahead(self, rank: int, world_size: int, last_step: int | None) -> None:
+        """Start reading, on a thread, the segment after the newest one: the one holding the first tokens past its
+        end that this rank will read (the order is known, so the loader reads what it serves next while it packs
+        what it serves now; the row-group decode and sha256 release the GIL). Nothing past `last_step` (a worker
+        skips ahead there) or the schedule's end; at most one read ahead, none while one is running."""
+        if not self.read_ahead or self._ahead is not None or not self._segments:
+            return
+        epoch, _, p_end = next(reversed(self._segments))
+        offsets = self.epoch_layout(epoch)[1]
+        sched, seq_len = self.schedule, self.seq_len
+        g = sched.global_batch_size
+        _, hi = rank_slice(g, world_size, rank)
+        # the first step of the epoch whose window for this rank ends past the segment's end
+        past = int(offsets[p_end]) - 1 - hi * seq_len
+        j = 0 if past < 0 else past // (g * seq_len) + 1
+        step = epoch * sched.steps_per_epoch + min(j, sched.steps_per_epoch)
+        total = sched.total_steps
+        if (last_step is not None and step > last_step) or (total is not None and step >= total):
+            return
+        seg_epoch = epoch
+        epoch, _, t_lo, t_end, p_lo, p_hi = self.stream_window(step, rank, world_size)
+        if epoch == seg_epoch:
+            p_lo = max(p_lo, p_end)  # a window straddling the segment's end reads on from there
+        if t_end <= t_lo or p_lo >= p_hi or any(e == epoch and a <= p_lo < b for e, a, b in self._segments):
+            return
+        p_cap = None if last_step is None else max(p_hi, self.stream_window(last_step, rank, world_size)[5])
+        self._ahead = _SegmentRead((epoch, p_lo, self._segment_end(epoch, p_lo, p_cap)), self._read_segment)
 
     def _collate(
         self, step, epoch, rank, world_size, seqs, samples, packed: PackedBatch, n_steps: int = 1
@@ -479,6 +567,7 @@ class _Delivery:
             close()
         if self._loader.prefetcher is it:
             self._loader.prefetcher = None
+        self._loader.plan.stop_reading_ahead()
 
     def __del__(self) -> None:
         try:
@@ -746,6 +835,7 @@ class RunViewDataset(IterableDataset):
         finally:
             if readahead is not None:
                 readahead.close()
+            self.plan.stop_reading_ahead()
 
     def _iter_runs(self, readahead) -> Iterator[dict[str, Any]]:
         """In the main process: runs of up to RUN_STEPS consecutive steps read, verified and packed at once
@@ -769,6 +859,7 @@ class RunViewDataset(IterableDataset):
         finally:
             if readahead is not None:
                 readahead.close()
+            self.plan.stop_reading_ahead()
 
     def _iter_chunks(self) -> Iterator[dict[str, Any]]:
         """Inside a DataLoader worker: {"chunk": [compact batches of this worker's next chunk], "reader", "worker"}."""
@@ -790,6 +881,7 @@ class RunViewDataset(IterableDataset):
         finally:
             if readahead is not None:
                 readahead.close()
+            self.plan.stop_reading_ahead()
 
     def _readahead(self, chunked: bool = False):
         """A loader.storage.Readahead over this worker's future steps, when the source reads through a cache."""
