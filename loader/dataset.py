@@ -678,12 +678,40 @@ def keep_batch(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
+def share_streams(chunk: list[dict[str, Any]]) -> torch.Tensor:
+    """The stream tokens of a worker's compact reads moved into one shared-memory byte tensor, each read's
+    "stream" replaced by (start, stop, dtype) into it: the DataLoader passes a tensor's storage as a file
+    descriptor, where numpy arrays go through its pipe pickled (64 KB reads into a BytesIO and a copy out: 2.5
+    ns a token of the main process's CPU on the loader bench, a quarter of what assembling costs it)."""
+    sizes = [c["stream"].nbytes for c in chunk]
+    buf = torch.empty(sum(sizes), dtype=torch.uint8)
+    flat = buf.numpy()
+    at = 0
+    for c, n in zip(chunk, sizes, strict=True):
+        stream = c["stream"]
+        flat[at : at + n] = np.ascontiguousarray(stream).view(np.uint8)
+        c["stream"] = (at, at + n, stream.dtype.str)
+        at += n
+    return buf.share_memory_()
+
+
+def unshare_streams(chunk: list[dict[str, Any]], shared: torch.Tensor) -> None:
+    """Undo `share_streams` in the receiving process: each read's "stream" a read-only view of the shared tensor."""
+    flat = shared.numpy()
+    flat.flags.writeable = False
+    for c in chunk:
+        a, b, dtype = c["stream"]
+        c["stream"] = flat[a:b].view(np.dtype(dtype))
+
+
 def _assembled(plan: BatchPlan, batches: Iterator[dict[str, Any]], readers: dict) -> Iterator[dict[str, Any]]:
     try:
         for b in batches:
             if "chunk" in b:
                 if b.get("reader") is not None:
                     readers[b["worker"]] = b["reader"]
+                if "streams" in b:
+                    unshare_streams(b["chunk"], b["streams"])
                 for c in b["chunk"]:
                     yield from plan.assemble_steps(c)
                 continue
@@ -877,7 +905,8 @@ class RunViewDataset(IterableDataset):
                     out.append(self.plan.read(k, self.rank, self.world_size, n, last_step=steps[-1]))
                     k += n
                 self._cursor = steps[-1] + 1
-                yield {"chunk": out, "reader": self.reader_summary(disk=False), "worker": wid}
+                shared = share_streams(out)
+                yield {"chunk": out, "streams": shared, "reader": self.reader_summary(disk=False), "worker": wid}
         finally:
             if readahead is not None:
                 readahead.close()

@@ -83,10 +83,24 @@ def epoch_windows(
     block_rank[perm] = np.arange(len(blocks))
     window = block_rank[inverse] // blocks_per_window
     sample_keys = keyed_hash(np.arange(len(block_ids)), epoch_key(manifest_sha256, seed, epoch, "samples"))
-    # lexsort: last key is primary. Ties (64-bit collisions) fall back to index order, still deterministic.
-    order = np.lexsort((sample_keys, window)).astype(np.int64)
+    order = window_major_order(window, sample_keys)
     served = window[order]  # non-decreasing
     return order, np.flatnonzero(np.concatenate(([True], served[1:] != served[:-1])))
+
+
+def window_major_order(window: np.ndarray, sample_keys: np.ndarray) -> np.ndarray:
+    """Sample positions by window, then by sample key, then by position: `np.lexsort((sample_keys, window))`, the
+    order's definition, computed as a quicksort of the keys and a stable (radix, for < 2**16 windows) sort of the
+    windows, which is that order whenever no two keys are equal (4.7 -> 1.0 ms for 40,960 samples); with a 64-bit
+    collision it is the lexsort itself."""
+    by_key = np.argsort(sample_keys)
+    ranked = sample_keys[by_key]
+    if len(ranked) > 1 and bool(np.any(ranked[1:] == ranked[:-1])):
+        return np.lexsort((sample_keys, window)).astype(np.int64)
+    w = window[by_key]
+    if len(w) and int(w.max()) < 1 << 16:
+        w = w.astype(np.uint16)
+    return by_key[np.argsort(w, kind="stable")].astype(np.int64, copy=False)
 
 
 def chunk_blocks(n_samples: int, block_size: int, repetition: np.ndarray | None = None) -> np.ndarray:

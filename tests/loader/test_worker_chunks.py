@@ -112,3 +112,25 @@ def test_the_first_batch_reads_only_the_row_groups_of_its_own_documents(wide_vie
     source = data.plan.view.source
     own = np.unique(source.key[data.plan.samples_needed(start, 3, 4)])
     assert first["step"] == start and data.metrics()["fetches"] == len(own) <= 2
+
+
+def test_shared_streams_round_trip_every_token_dtype_and_an_empty_read():
+    """A worker's compact reads hand their streams over as one shared-memory tensor (a file descriptor, not
+    pickled bytes); the receiving side gets the same tokens, read-only."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions (storages as file descriptors)
+
+    from loader.dataset import share_streams, unshare_streams
+
+    streams = [np.arange(5, dtype=np.uint16), np.zeros(0, np.uint16), np.arange(70_000, 70_007, dtype=np.uint32)]
+    chunk = [{"stream": s[1:] if len(s) else s, "t_lo": i} for i, s in enumerate(streams)]
+    shared = share_streams(chunk)
+    assert shared.is_shared() and all(isinstance(c["stream"], tuple) for c in chunk)
+    chunk, shared = pickle.loads(ForkingPickler.dumps((chunk, shared)))
+    unshare_streams(chunk, shared)
+    for c, s in zip(chunk, streams, strict=True):
+        want = s[1:] if len(s) else s
+        assert c["stream"].dtype == want.dtype and np.array_equal(c["stream"], want)
+        assert not c["stream"].flags.writeable
