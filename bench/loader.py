@@ -698,7 +698,8 @@ def run_bench(work: Path, args) -> int:
         + (f"; MDS write {mosaic['write_s']:.1f} s untimed, {mosaic['samples']} samples" if mosaic else "")
     )
     print(
-        "ours = RunViewLoader as configured by default (prefetch 8: one read-ahead thread), in process; "
+        "ours = RunViewLoader as configured by default (prefetch 8: an adaptive batch read-ahead thread; every "
+        "variant also reads its next stream segment on a thread while it packs), in process; "
         "ours 2 workers = aggregate tokens/s of DataLoader(num_workers=2) / 2 on this 2-core machine, after "
         f"each worker's first item (median {statistics.median(worker_warmup):.0f} steps: fork, epoch order, its "
         f"first block windows), over the next {args.worker_steps} steps (several items: a worker hands over two "
