@@ -313,8 +313,10 @@ class BatchPlan:
         elif not self._segments and world_size > 1:  # a rank's first read (a start or a resume): see above
             p_cap = p_hi
         order, offsets = self.epoch_layout(epoch)
-        stream = self._stream_tokens(epoch, p_lo, t_lo, t_end, p_cap)
+        # the segment after the newest one is read on a thread from the second read on: the first batch (a start,
+        # a resume) does not share the CPU with a read it does not need
         self._read_ahead(rank, world_size, last_step)
+        stream = self._stream_tokens(epoch, p_lo, t_lo, t_end, p_cap)
         return {
             "step": int(step),
             "n_steps": int(n_steps),
