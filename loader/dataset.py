@@ -386,11 +386,10 @@ class BatchPlan:
         every read in them; a new one ends by order position `p_cap` when given (what this reader reads before
         it skips ahead). The last `_SEGMENTS_KEPT` segments are kept; one read ahead (`_read_ahead`) is taken
         when it is the segment asked for."""
-        for key in reversed(self._segments):
-            e, p_from, p_end = key
-            if e == epoch and p_from <= p_lo < p_end:
-                self._segments.move_to_end(key)
-                return (p_from, p_end, *self._segments[key])
+        key = self._kept_segment(epoch, p_lo)
+        if key is not None:
+            self._segments.move_to_end(key)
+            return key[1], key[2], *self._segments[key]
         key = (epoch, p_lo, self._segment_end(epoch, p_lo, p_cap))
         ahead, self._ahead = self._ahead, None
         tokens = ahead.result() if ahead is not None and ahead.key == key else None
@@ -402,6 +401,13 @@ class BatchPlan:
         while len(self._segments) > _SEGMENTS_KEPT:
             self._segments.popitem(last=False)
         return key[1], key[2], *self._segments[key]
+
+    def _kept_segment(self, epoch: int, p_lo: int) -> tuple[int, int, int] | None:
+        """The key of the kept segment holding order position `p_lo` of `epoch`, the newest first; None if none."""
+        for key in reversed(self._segments):
+            if key[0] == epoch and key[1] <= p_lo < key[2]:
+                return key
+        return None
 
     def stop_reading_ahead(self) -> None:
         """Wait for the segment read ahead, if any, and drop it (a closed loader leaves no thread reading)."""
@@ -458,7 +464,7 @@ class BatchPlan:
         epoch, _, t_lo, t_end, p_lo, p_hi = self.stream_window(step, rank, world_size)
         if epoch == seg_epoch:
             p_lo = max(p_lo, p_end)  # a window straddling the segment's end reads on from there
-        if t_end <= t_lo or p_lo >= p_hi or any(e == epoch and a <= p_lo < b for e, a, b in self._segments):
+        if t_end <= t_lo or p_lo >= p_hi or self._kept_segment(epoch, p_lo) is not None:
             return
         p_cap = None if last_step is None else max(p_hi, self.stream_window(last_step, rank, world_size)[5])
         self._ahead = _SegmentRead((epoch, p_lo, self._segment_end(epoch, p_lo, p_cap)), self._read_segment)
@@ -569,7 +575,6 @@ class _Delivery:
             close()
         if self._loader.prefetcher is it:
             self._loader.prefetcher = None
-        self._loader.plan.stop_reading_ahead()
 
     def __del__(self) -> None:
         try:
@@ -712,8 +717,7 @@ def _assembled(plan: BatchPlan, batches: Iterator[dict[str, Any]], readers: dict
             if "chunk" in b:
                 if b.get("reader") is not None:
                     readers[b["worker"]] = b["reader"]
-                if "streams" in b:
-                    unshare_streams(b["chunk"], b["streams"])
+                unshare_streams(b["chunk"], b["streams"])
                 for c in b["chunk"]:
                     yield from plan.assemble_steps(c)
                 continue
@@ -863,9 +867,7 @@ class RunViewDataset(IterableDataset):
                 else:
                     yield self.plan.batch(k, self.rank, self.world_size)
         finally:
-            if readahead is not None:
-                readahead.close()
-            self.plan.stop_reading_ahead()
+            self._stop_reading(readahead)
 
     def _iter_runs(self, readahead) -> Iterator[dict[str, Any]]:
         """In the main process: runs of up to RUN_STEPS consecutive steps read, verified and packed at once
@@ -887,9 +889,7 @@ class RunViewDataset(IterableDataset):
                     yield batch
                 k += n
         finally:
-            if readahead is not None:
-                readahead.close()
-            self.plan.stop_reading_ahead()
+            self._stop_reading(readahead)
 
     def _iter_chunks(self) -> Iterator[dict[str, Any]]:
         """Inside a DataLoader worker: {"chunk": [compact batches of this worker's next chunk], "reader", "worker"}."""
@@ -910,9 +910,13 @@ class RunViewDataset(IterableDataset):
                 shared = share_streams(out)
                 yield {"chunk": out, "streams": shared, "reader": self.reader_summary(disk=False), "worker": wid}
         finally:
-            if readahead is not None:
-                readahead.close()
-            self.plan.stop_reading_ahead()
+            self._stop_reading(readahead)
+
+    def _stop_reading(self, readahead) -> None:
+        """Stop this reader's threads: the row-group read-ahead (`_readahead`), then the segment read ahead."""
+        if readahead is not None:
+            readahead.close()
+        self.plan.stop_reading_ahead()
 
     def _readahead(self, chunked: bool = False):
         """A loader.storage.Readahead over this worker's future steps, when the source reads through a cache."""

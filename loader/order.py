@@ -95,10 +95,10 @@ def window_major_order(window: np.ndarray, sample_keys: np.ndarray) -> np.ndarra
     collision it is the lexsort itself."""
     by_key = np.argsort(sample_keys)
     ranked = sample_keys[by_key]
-    if len(ranked) > 1 and bool(np.any(ranked[1:] == ranked[:-1])):
+    if np.any(ranked[1:] == ranked[:-1]):
         return np.lexsort((sample_keys, window)).astype(np.int64)
     w = window[by_key]
-    if len(w) and int(w.max()) < 1 << 16:
+    if int(w.max(initial=0)) < 1 << 16:
         w = w.astype(np.uint16)
     return by_key[np.argsort(w, kind="stable")].astype(np.int64, copy=False)
 
