@@ -3,6 +3,8 @@ competitors' own virtualenvs."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TRAFILATURA_EVAL_TAR = SHARED_DATA / "extraction_gold" / "trafilatura_eval_e90b0ef5.tar.xz"
 
 
 class BenchFailure(Exception):
@@ -69,6 +73,42 @@ def make_copies(src_root: Path, dst_root: Path, copies: int) -> int:
                 fh.write(data)
         total += len(data) * copies
     return total
+
+
+def write_warc(out: Path, pages: Sequence[tuple[str, bytes, str]]) -> Path:
+    """(uri, body, content type) pages as `200 OK` response records of one WARC, unless `out` exists already."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        for uri, body, ctype in pages:
+            http = StatusAndHeaders("200 OK", [("Content-Type", ctype)], protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(uri, "response", payload=io.BytesIO(body), http_headers=http))
+    tmp.rename(out)
+    return out
+
+
+def trafilatura_eval_pages(unpack_to: Path, limit: int) -> list[tuple[str, Path]] | None:
+    """(url as the set names it, HTML file) of the first `limit` pages, in URL order, of trafilatura's
+    evaluation set (../shared/data, unpacked once under `unpack_to`); None, said on stderr, without the set."""
+    if not TRAFILATURA_EVAL_TAR.exists():
+        print(f"missing {TRAFILATURA_EVAL_TAR} (../shared/data): trafilatura's pages skipped", file=sys.stderr)
+        return None
+    root = unpack_to / "trafilatura_eval"
+    if not root.exists():
+        unpack_to.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["tar", "xJf", str(TRAFILATURA_EVAL_TAR), "-C", str(unpack_to)], check=True)
+    meta = json.loads((root / "tests" / "evaldata.json").read_text())
+    pages = []
+    for url in sorted(meta)[:limit]:
+        where = (root / "tests" / folder / meta[url]["file"] for folder in ("eval", "cache"))
+        pages.append((url, next(p for p in where if p.exists())))
+    return pages
 
 
 def vm_hwm_kib() -> int:

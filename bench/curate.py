@@ -12,12 +12,16 @@ recipe, same WARC files, same run.
 - ours: `raw_ingest` for every partition (timed separately), `curate_models` (untimed), then the `curate`
   job for every partition (timed), each step in a fresh subprocess on a temp TOKENLAKE_HOME/DAGSTER_HOME.
 
-By default every input is measured twice in one run: as given, and with each WARC file concatenated
+By default the input is measured twice in one run: as given, and with each WARC file concatenated
 `--large-copies` times (4: the sample's largest partition then holds ~1,200 responses, the size where what a
-process or a partition pays once stops dominating). The summary gives ours/bare for both, with and without
-start-up, and the marginal ratio between them (the CPU seconds the extra documents cost each side: the
-steady state of a large partition). The copies are duplicates of real pages; nothing on either side caches
-by content, so each copy costs what a new page of the same size would.
+process or a partition pays once stops dominating). The copies are duplicates of the input's pages; nothing on
+either side caches by content, so each copy costs what a new page of the same size would. With ../shared/data
+present a third input has only distinct real pages (`--real-pages`, default 990): trafilatura's evaluation set
+(990 pages, mostly German and English) and ScrapingHub's 181 article pages, packed once
+into bench/out/curate as two segments. The sample's pages are mostly small and many are dropped before the
+word-based signals; these are full articles, which cost every signal more. The summary gives ours/bare for each
+input, with and without start-up, and the marginal ratio between the input and its copies (the CPU seconds the
+extra documents cost each side: the steady state of a large partition).
 
 Per core = documents / CPU-seconds of the whole child process tree (user+sys, RUSAGE_CHILDREN: start-up,
 imports and model loads included; each child reaps its own subprocesses so their CPU is counted). The
@@ -25,8 +29,8 @@ rows "excl. start-up" use the CPU the child measured around the pipeline itself.
 responses of the input (both sides read every response and keep the HTML ones). With the benchmark data
 present (../shared/data) it also prints both sides' extraction F1 on the ScrapingHub AEB pages.
 
-    python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--large-copies 4] [--repeats 3]
-                           [--workers 1] [--no-f1] [--no-datatrove]
+    python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--large-copies 4] [--real-pages 990]
+                           [--repeats 3] [--workers 1] [--no-f1] [--no-datatrove]
 
 `--no-datatrove` skips datatrove (no venv needed): ours is then compared with bare trafilatura only, and the
 output says so.
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gzip
 import importlib.util
 import json
 import os
@@ -46,19 +51,32 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import WARC_GLOB, BenchFailure, clean_env, ensure_venv, make_copies, run_reported, warc_paths  # noqa: E402
+from bench.common import (  # noqa: E402
+    WARC_GLOB,
+    BenchFailure,
+    clean_env,
+    ensure_venv,
+    make_copies,
+    run_reported,
+    trafilatura_eval_pages,
+    warc_paths,
+    write_warc,
+)
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
 DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
 AEB_TAR = ROOT.parent / "shared" / "data" / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
+REAL_PAGES_OUT = ROOT / "bench" / "out" / "curate"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 HTML_TYPES = ("text/html", "application/xhtml+xml")  # pipeline.HTML_CONTENT_TYPES (not imported: keeps the
 # bare side's start-up free of our modules)
@@ -148,6 +166,46 @@ def count_responses(paths: list[Path]) -> int:
         with open(path, "rb") as fh:
             n += sum(rec.rec_type == "response" for rec in ArchiveIterator(fh))
     return n
+
+
+def pack_real_pages(limit: int) -> Path | None:
+    """A crawl root of distinct real pages, no copies, built once under bench/out/curate: segment
+    `trafilatura-eval` holds the first `limit` pages (URL order) of trafilatura's evaluation set, segment
+    `scrapinghub-aeb` ScrapingHub's article pages; one `200 OK` text/html response record per page, its bytes as
+    saved. None (said on stderr) without ../shared/data."""
+    root = REAL_PAGES_OUT / f"real-pages-{limit}"
+    segments = root / "crawl-data" / "REAL-PAGES" / "segments"
+    eval_warc = segments / "trafilatura-eval" / "warc" / "pages.warc.gz"
+    aeb_warc = segments / "scrapinghub-aeb" / "warc" / "pages.warc.gz"
+    if not eval_warc.exists():
+        pages = trafilatura_eval_pages(REAL_PAGES_OUT, limit)
+        if pages is None:
+            return None
+        host = "trafilatura-eval.invalid"
+        write_warc(eval_warc, [(http_uri(url, host), path.read_bytes(), "text/html") for url, path in pages])
+    if not aeb_warc.exists():
+        if not AEB_TAR.is_file():
+            print(f"missing {AEB_TAR} (../shared/data): the real pages are not measured", file=sys.stderr)
+            return None
+        write_warc(aeb_warc, aeb_pages(AEB_TAR))
+    return root
+
+
+def http_uri(url: str, host: str) -> str:
+    """`url` when it is http(s), else one under `host`: warcio parses a response's HTTP headers only for an
+    http(s) target URI, so a record with another URI keeps them in its payload and fails its payload digest."""
+    return url if url.startswith(("http://", "https://")) else f"https://{host}/{quote(url, safe='')}"
+
+
+def aeb_pages(tar_path: Path) -> list[tuple[str, bytes, str]]:
+    """(url, HTML bytes, content type) of every page of the ScrapingHub benchmark, in id order."""
+    with tarfile.open(tar_path) as tar:
+        truth = json.load(tar.extractfile("article-extraction-benchmark/ground-truth.json"))
+        pages = []
+        for page_id in sorted(truth):
+            member = tar.extractfile(f"article-extraction-benchmark/html/{page_id}.html.gz")
+            pages.append((http_uri(truth[page_id]["url"], "aeb.invalid"), gzip.decompress(member.read()), "text/html"))
+    return pages
 
 
 # ---- datatrove ----------------------------------------------------------------------------------------------
@@ -453,6 +511,13 @@ def main() -> int:
         help="also measure the input with each WARC file concatenated N times, in the same run (the sample's "
         "largest partition then holds ~1,200 responses); 0 or 1: only the input as given",
     )
+    parser.add_argument(
+        "--real-pages",
+        type=int,
+        default=990,
+        help="also measure distinct real pages, in the same run: the first N of trafilatura's evaluation set plus "
+        "ScrapingHub's 181 article pages (../shared/data); 0: not measured",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (median reported)")
     parser.add_argument("--workers", type=int, default=1, help="our curate asset's `workers` (datatrove: 1 task)")
     parser.add_argument("--venv", type=Path, default=DT_VENV, help="datatrove's venv (created if missing)")
@@ -538,6 +603,9 @@ def run_bench(crawl: Path, work: Path, args) -> int:
     if args.large_copies > 1:  # the same partitions, each WARC file concatenated N times: bigger partitions
         make_copies(crawl, work / "crawl-large", args.large_copies)
         inputs.append(prepare_input(f"{base} x{args.large_copies}", work / "crawl-large", work, args))
+        inputs[-1]["copies_of"] = inputs[0]
+    if args.real_pages > 0 and (real := pack_real_pages(args.real_pages)) is not None:
+        inputs.append(prepare_input(f"real pages ({args.real_pages} + AEB)", real, work, args))
     for i in range(args.repeats):  # interleaved, so machine load hits every side and input alike
         for inp in inputs:
             run_round(inp, args, venv, work, i)
@@ -637,8 +705,8 @@ def report_input(inp: dict, args) -> None:
 
 
 def report_summary(inputs: list[dict], args) -> None:
-    """Ours/bare per input (with and without start-up), and the marginal ratio between the smallest and the
-    largest input: the CPU seconds the extra documents cost each side, which leaves out everything paid once
+    """Ours/bare per input (with and without start-up), and the marginal ratio between the input and its
+    copies: the CPU seconds the extra documents cost each side, which leaves out everything paid once
     per process or per partition (start-up, model loads, Dagster runs, commits): the steady-state rate of a
     partition far larger than the sample's."""
     print(f"\n== summary: ours/bare trafilatura, documents/s per core (median of {args.repeats}; goal >= 0.85x)")
@@ -651,7 +719,10 @@ def report_summary(inputs: list[dict], args) -> None:
             f"{med(bares, 'cpu_s') / med(ours, 'cpu_s'):>7.2f}x"
             f"{med(bares, 'pipeline_cpu_s') / med(ours, 'pipeline_cpu_s'):>15.2f}x"
         )
-    small, large = inputs[0], inputs[-1]
+    large = next((inp for inp in inputs if "copies_of" in inp), None)
+    if large is None:
+        return
+    small = large["copies_of"]
     extra = large["responses"] - small["responses"]
     d_bare = med(large["bares"], "cpu_s") - med(small["bares"], "cpu_s")
     d_ours = med(large["ours"], "cpu_s") - med(small["ours"], "cpu_s")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
-import io
 import json
 import resource
 import subprocess
@@ -41,10 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import trafilatura_eval_pages, write_warc  # noqa: E402
+
 OUT = ROOT / "bench" / "out" / "multilingual"
 LANGS = ("de", "en", "es", "fr", "id", "it", "ja", "pt")
 SHARED_WARC = ROOT.parent / "shared" / "data" / "warc" / "resiliparse_warcfile_CC-MAIN-2020-34.warc.gz"
-EVAL_TAR = ROOT.parent / "shared" / "data" / "extraction_gold" / "trafilatura_eval_e90b0ef5.tar.xz"
 DEBIAN_URL = "https://www.debian.org/doc/manuals/debian-reference/"
 WATCHED_RULES = (
     "gopher_quality_stop_words",
@@ -71,23 +71,6 @@ def fetch_debs(debs: Path | None) -> Path | None:
     return target
 
 
-def write_warc(out: Path, pages: list[tuple[str, bytes, str]]) -> Path:
-    """(uri, body, content type) pages as response records of one WARC, unless it exists already."""
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    if out.exists():
-        return out
-    tmp = out.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-        for uri, body, ctype in pages:
-            http = StatusAndHeaders("200 OK", [("Content-Type", ctype)], protocol="HTTP/1.1")
-            writer.write_record(writer.create_warc_record(uri, "response", payload=io.BytesIO(body), http_headers=http))
-    tmp.rename(out)
-    return out
-
-
 def pack_debian(debs: Path) -> Path:
     """Every HTML page of the packages in one WARC (rebuilt when the set of packages changes)."""
     files = sorted(glob.glob(str(debs / "debian-reference-*.deb")))
@@ -107,21 +90,13 @@ def pack_debian(debs: Path) -> Path:
 def pack_trafilatura_eval(limit: int) -> Path | None:
     """The first `limit` pages (URL order) of trafilatura's evaluation set in one WARC (charset left to the
     extractor, as the pages were saved)."""
-    if not EVAL_TAR.exists():
-        print(f"missing {EVAL_TAR} (../shared/data): trafilatura's pages skipped", file=sys.stderr)
-        return None
     out = OUT / f"trafilatura-eval-{limit}.warc.gz"
-    pages = []
-    if not out.exists():
-        root = OUT / "trafilatura_eval"
-        if not root.exists():
-            subprocess.run(["tar", "xJf", str(EVAL_TAR), "-C", str(OUT)], check=True)
-        meta = json.loads((root / "tests" / "evaldata.json").read_text())
-        for url in sorted(meta)[:limit]:
-            name = meta[url]["file"]
-            path = next(p for p in (root / "tests" / "eval" / name, root / "tests" / "cache" / name) if p.exists())
-            pages.append((url, path.read_bytes(), "text/html"))
-    return write_warc(out, pages)
+    if out.exists():
+        return out
+    pages = trafilatura_eval_pages(OUT, limit)
+    if pages is None:
+        return None
+    return write_warc(out, [(url, path.read_bytes(), "text/html") for url, path in pages])
 
 
 def read_records(warc: Path, source: str) -> list[dict]:
