@@ -3,20 +3,24 @@ competitors' own virtualenvs."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
+BENCH_OUT = Path(__file__).resolve().parent / "out"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TRAFILATURA_EVAL_TAR = SHARED_DATA / "extraction_gold" / "trafilatura_eval_e90b0ef5.tar.xz"
+AEB_PREFIX = "article-extraction-benchmark/"
 
 
 class BenchFailure(Exception):
@@ -93,21 +97,34 @@ def write_warc(out: Path, pages: Sequence[tuple[str, bytes, str]]) -> Path:
     return out
 
 
-def trafilatura_eval_pages(unpack_to: Path, limit: int) -> list[tuple[str, Path]] | None:
+def trafilatura_eval_pages(limit: int) -> list[tuple[str, Path]] | None:
     """(url as the set names it, HTML file) of the first `limit` pages, in URL order, of trafilatura's
-    evaluation set (../shared/data, unpacked once under `unpack_to`); None, said on stderr, without the set."""
+    evaluation set (../shared/data, unpacked once under bench/out); None, said on stderr, without the set."""
     if not TRAFILATURA_EVAL_TAR.exists():
         print(f"missing {TRAFILATURA_EVAL_TAR} (../shared/data): trafilatura's pages skipped", file=sys.stderr)
         return None
-    root = unpack_to / "trafilatura_eval"
+    root = BENCH_OUT / "trafilatura_eval"
     if not root.exists():
-        unpack_to.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["tar", "xJf", str(TRAFILATURA_EVAL_TAR), "-C", str(unpack_to)], check=True)
+        BENCH_OUT.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["tar", "xJf", str(TRAFILATURA_EVAL_TAR), "-C", str(BENCH_OUT)], check=True)
     meta = json.loads((root / "tests" / "evaldata.json").read_text())
     pages = []
     for url in sorted(meta)[:limit]:
         where = (root / "tests" / folder / meta[url]["file"] for folder in ("eval", "cache"))
         pages.append((url, next(p for p in where if p.exists())))
+    return pages
+
+
+def load_aeb(tar_path: Path) -> list[tuple[str, bytes, str, str]]:
+    """ScrapingHub's Article Extraction Benchmark: [(id, html bytes, url, articleBody)] sorted by id."""
+    with tarfile.open(tar_path) as tar:
+        truth = json.load(tar.extractfile(AEB_PREFIX + "ground-truth.json"))
+        pages = []
+        for page_id in sorted(truth):
+            member = tar.extractfile(f"{AEB_PREFIX}html/{page_id}.html.gz")
+            pages.append(
+                (page_id, gzip.decompress(member.read()), truth[page_id]["url"], truth[page_id]["articleBody"])
+            )
     return pages
 
 

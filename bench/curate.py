@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gzip
 import importlib.util
 import json
 import os
@@ -51,7 +50,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -61,10 +59,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    BENCH_OUT,
+    SHARED_DATA,
     WARC_GLOB,
     BenchFailure,
     clean_env,
     ensure_venv,
+    load_aeb,
     make_copies,
     run_reported,
     trafilatura_eval_pages,
@@ -75,8 +76,7 @@ from bench.common import (  # noqa: E402
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
 DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
-AEB_TAR = ROOT.parent / "shared" / "data" / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
-REAL_PAGES_OUT = ROOT / "bench" / "out" / "curate"
+AEB_TAR = SHARED_DATA / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 HTML_TYPES = ("text/html", "application/xhtml+xml")  # pipeline.HTML_CONTENT_TYPES (not imported: keeps the
 # bare side's start-up free of our modules)
@@ -173,12 +173,12 @@ def pack_real_pages(limit: int) -> Path | None:
     `trafilatura-eval` holds the first `limit` pages (URL order) of trafilatura's evaluation set, segment
     `scrapinghub-aeb` ScrapingHub's article pages; one `200 OK` text/html response record per page, its bytes as
     saved. None (said on stderr) without ../shared/data."""
-    root = REAL_PAGES_OUT / f"real-pages-{limit}"
+    root = BENCH_OUT / "curate" / f"real-pages-{limit}"
     segments = root / "crawl-data" / "REAL-PAGES" / "segments"
     eval_warc = segments / "trafilatura-eval" / "warc" / "pages.warc.gz"
     aeb_warc = segments / "scrapinghub-aeb" / "warc" / "pages.warc.gz"
     if not eval_warc.exists():
-        pages = trafilatura_eval_pages(REAL_PAGES_OUT, limit)
+        pages = trafilatura_eval_pages(limit)
         if pages is None:
             return None
         host = "trafilatura-eval.invalid"
@@ -187,7 +187,9 @@ def pack_real_pages(limit: int) -> Path | None:
         if not AEB_TAR.is_file():
             print(f"missing {AEB_TAR} (../shared/data): the real pages are not measured", file=sys.stderr)
             return None
-        write_warc(aeb_warc, aeb_pages(AEB_TAR))
+        write_warc(
+            aeb_warc, [(http_uri(url, "aeb.invalid"), html, "text/html") for _, html, url, _ in load_aeb(AEB_TAR)]
+        )
     return root
 
 
@@ -195,17 +197,6 @@ def http_uri(url: str, host: str) -> str:
     """`url` when it is http(s), else one under `host`: warcio parses a response's HTTP headers only for an
     http(s) target URI, so a record with another URI keeps them in its payload and fails its payload digest."""
     return url if url.startswith(("http://", "https://")) else f"https://{host}/{quote(url, safe='')}"
-
-
-def aeb_pages(tar_path: Path) -> list[tuple[str, bytes, str]]:
-    """(url, HTML bytes, content type) of every page of the ScrapingHub benchmark, in id order."""
-    with tarfile.open(tar_path) as tar:
-        truth = json.load(tar.extractfile("article-extraction-benchmark/ground-truth.json"))
-        pages = []
-        for page_id in sorted(truth):
-            member = tar.extractfile(f"article-extraction-benchmark/html/{page_id}.html.gz")
-            pages.append((http_uri(truth[page_id]["url"], "aeb.invalid"), gzip.decompress(member.read()), "text/html"))
-    return pages
 
 
 # ---- datatrove ----------------------------------------------------------------------------------------------
@@ -480,7 +471,7 @@ def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | No
     spec = importlib.util.spec_from_file_location("bench_extraction", ROOT / "bench" / "extraction.py")
     ext = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ext)
-    pages = ext.load_aeb(AEB_TAR)
+    pages = load_aeb(AEB_TAR)
     with ext.Extractor(timeout_s=timeout_s) as extractor:
         ours = extractor.extract_many((html, "text/html", url) for _, html, url, _ in pages)
     proc = subprocess.run(

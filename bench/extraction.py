@@ -14,12 +14,9 @@ Exits 2 when the benchmark data is missing (it lives outside the repo, in ../sha
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import logging
 import statistics
 import sys
-import tarfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assets.curated.extract import DEFAULT_TIMEOUT_S, DEFAULT_TRAFILATURA_OPTIONS, Extractor  # noqa: E402
+from bench.common import load_aeb  # noqa: E402
 
 AEB_TAR = Path("extraction_gold") / "scrapinghub_aeb_4a3bc979.tar"
-PREFIX = "article-extraction-benchmark/"
 
 
 def token_prf(gold: str, predicted: str | None) -> tuple[float, float, float]:
@@ -43,19 +40,6 @@ def token_prf(gold: str, predicted: str | None) -> tuple[float, float, float]:
     recall = tp / len(gold_tokens) if gold_tokens else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
-
-
-def load_aeb(tar_path: Path) -> list[tuple[str, bytes, str, str]]:
-    """[(id, html bytes, url, articleBody)] sorted by id."""
-    with tarfile.open(tar_path) as tar:
-        truth = json.load(tar.extractfile(PREFIX + "ground-truth.json"))
-        pages = []
-        for page_id in sorted(truth):
-            member = tar.extractfile(f"{PREFIX}html/{page_id}.html.gz")
-            pages.append(
-                (page_id, gzip.decompress(member.read()), truth[page_id]["url"], truth[page_id]["articleBody"])
-            )
-    return pages
 
 
 def summarise(name: str, scores: list[tuple[float, float, float]], seconds: float) -> float:

@@ -40,11 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import trafilatura_eval_pages, write_warc  # noqa: E402
+from bench.common import SHARED_DATA, trafilatura_eval_pages, write_warc  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "multilingual"
 LANGS = ("de", "en", "es", "fr", "id", "it", "ja", "pt")
-SHARED_WARC = ROOT.parent / "shared" / "data" / "warc" / "resiliparse_warcfile_CC-MAIN-2020-34.warc.gz"
+SHARED_WARC = SHARED_DATA / "warc" / "resiliparse_warcfile_CC-MAIN-2020-34.warc.gz"
 DEBIAN_URL = "https://www.debian.org/doc/manuals/debian-reference/"
 WATCHED_RULES = (
     "gopher_quality_stop_words",
@@ -93,7 +93,7 @@ def pack_trafilatura_eval(limit: int) -> Path | None:
     out = OUT / f"trafilatura-eval-{limit}.warc.gz"
     if out.exists():
         return out
-    pages = trafilatura_eval_pages(OUT, limit)
+    pages = trafilatura_eval_pages(limit)
     if pages is None:
         return None
     return write_warc(out, [(url, path.read_bytes(), "text/html") for url, path in pages])
