@@ -20,7 +20,7 @@ import dagster as dg
 import pytest
 
 from tests.orchestration.dagster_server import dagster_server, graphql
-from tests.run_view.browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
+from tests.run_view.browser import browser_page, missing_browser
 
 pytestmark = pytest.mark.slow  # a dagster dev server, a browser and a backfill of two partitions: ~90 s
 
@@ -53,43 +53,33 @@ def prepare(home: Path, crawl: Path) -> None:
 
 def backfill_from_asset_page(port: int, screenshot: Path, timeout_s: float = 600) -> tuple[str, dict]:
     """Open curated/documents, Materialize… -> All partitions -> Launch backfill; wait until the backfill ends;
-    screenshot its page; return (backfill id, its GraphQL record). On failure the page is kept as *-failed.png."""
-    from playwright.sync_api import expect, sync_playwright
+    screenshot its page; return (backfill id, its GraphQL record). On failure the page is kept as *-failed.png
+    with the browser's console errors."""
+    from playwright.sync_api import expect
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(60_000)
-        try:
-            page.goto(f"http://127.0.0.1:{port}/assets/curated/documents")
-            page.get_by_role("button", name="Materialize…").click()
-            dialog = page.get_by_role("dialog")
-            expect(dialog).to_contain_text("Launch runs to materialize curated / documents")
-            dialog.get_by_role("button", name="All", exact=True).click()
-            expect(dialog).to_contain_text(f"{len(SEGMENTS)} partitions")
-            launch = dialog.get_by_role("button", name="Launch backfill")
-            expect(launch).to_be_enabled()
-            launch.click()
-            toast = page.get_by_text(re.compile(r"Created backfill \w+"))
-            expect(toast).to_be_visible()
-            backfill_id = re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
-            deadline = time.monotonic() + timeout_s
-            while (record := graphql(port, BACKFILL, {"id": backfill_id})["partitionBackfillOrError"])[
-                "status"
-            ] in RUNNING:
-                assert time.monotonic() < deadline, f"backfill {backfill_id} still {record} after {timeout_s} s"
-                time.sleep(1)
-            page.goto(f"http://127.0.0.1:{port}/runs/b/{backfill_id}")
-            expect(page.get_by_text(backfill_id).first).to_be_visible()
-            if record["status"] == "COMPLETED_SUCCESS":  # what the user sees on the backfill's page
-                expect(page.get_by_text("Succeeded", exact=True).first).to_be_visible()
-            page.screenshot(path=str(screenshot), full_page=True)
-            return backfill_id, record
-        except Exception:
-            page.screenshot(path=str(screenshot.with_name(screenshot.stem + "-failed.png")), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with browser_page(screenshot) as page:
+        page.goto(f"http://127.0.0.1:{port}/assets/curated/documents")
+        page.get_by_role("button", name="Materialize…").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("Launch runs to materialize curated / documents")
+        dialog.get_by_role("button", name="All", exact=True).click()
+        expect(dialog).to_contain_text(f"{len(SEGMENTS)} partitions")
+        launch = dialog.get_by_role("button", name="Launch backfill")
+        expect(launch).to_be_enabled()
+        launch.click()
+        toast = page.get_by_text(re.compile(r"Created backfill \w+"))
+        expect(toast).to_be_visible()
+        backfill_id = re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
+        deadline = time.monotonic() + timeout_s
+        while (record := graphql(port, BACKFILL, {"id": backfill_id})["partitionBackfillOrError"])["status"] in RUNNING:
+            assert time.monotonic() < deadline, f"backfill {backfill_id} still {record} after {timeout_s} s"
+            time.sleep(1)
+        page.goto(f"http://127.0.0.1:{port}/runs/b/{backfill_id}")
+        expect(page.get_by_text(backfill_id).first).to_be_visible()
+        if record["status"] == "COMPLETED_SUCCESS":  # what the user sees on the backfill's page
+            expect(page.get_by_text("Succeeded", exact=True).first).to_be_visible()
+        page.screenshot(path=str(screenshot), full_page=True)
+        return backfill_id, record
 
 
 def test_backfill_of_curated_documents_over_all_partitions_from_the_asset_page(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ is enabled once the config validates, and the tab then navigates to /runs/<run i
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import time
@@ -31,6 +32,9 @@ CHROMIUM_ARGS = [
 RUN_URL = re.compile(r".*/runs/([0-9a-f-]{36})$")
 RUN_STATUS = "query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
 FINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+# How long an action or an expectation waits for the UI. Playwright's expect() waits 5 s by default: on a busy
+# 2-core CI runner the Dagster UI once took longer than that to load an asset's partitions into its dialog.
+UI_WAIT_MS = 60_000
 
 
 def missing_browser() -> str | None:
@@ -40,6 +44,31 @@ def missing_browser() -> str | None:
     if importlib.util.find_spec("playwright") is None:
         return "the playwright package is not installed: pip install playwright (no `playwright install` needed)"
     return None
+
+
+@contextlib.contextmanager
+def browser_page(screenshot: Path):
+    """A page of headless Chromium (1400x900) whose actions and expectations wait up to UI_WAIT_MS. When the
+    block fails, the page is saved as `<screenshot stem>-failed.png` and the browser's console errors and failed
+    requests are added to the error."""
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=UI_WAIT_MS)
+    problems: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} {r.failure}"))
+        page.set_default_timeout(UI_WAIT_MS)
+        try:
+            yield page
+        except Exception as exc:
+            page.screenshot(path=str(screenshot.with_name(screenshot.stem + "-failed.png")), full_page=True)
+            exc.add_note(f"browser at {page.url}; " + ("\n".join(problems[-20:]) or "no console errors"))
+            raise
+        finally:
+            browser.close()
 
 
 def wait_for_run(port: int, run_id: str, timeout_s: float = 300) -> str:
@@ -60,34 +89,21 @@ def launch_from_launchpad(
     """Open `job`'s Launchpad, set `config_yaml`, click Launch Run, wait until the run ends and its page shows
     the final status, save a full-page PNG to `screenshot`; return (run_id, status). When a step fails, the
     page is saved as `<screenshot stem>-failed.png` and the browser's console errors are added to the error."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    problems: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-        page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} {r.failure}"))
-        page.set_default_timeout(60_000)
-        try:
-            page.goto(f"http://127.0.0.1:{port}/locations/{location}/jobs/{job}/playground")
-            editor = page.locator(".CodeMirror").first
-            editor.wait_for(state="visible")
-            editor.evaluate("(el, v) => el.CodeMirror.setValue(v)", config_yaml)
-            assert editor.evaluate("el => el.CodeMirror.getValue()") == config_yaml
-            button = page.get_by_role("button", name="Launch Run")
-            expect(button).to_be_enabled()  # enabled only once the config validates against the job's schema
-            button.click()
-            page.wait_for_url(RUN_URL)
-            run_id = RUN_URL.match(page.url).group(1)
-            status = wait_for_run(port, run_id, timeout_s)
-            # The run page updates over a websocket; wait until it shows the final status before the screenshot.
-            expect(page.get_by_text(status.capitalize(), exact=True).first).to_be_visible(timeout=30_000)
-            page.screenshot(path=str(screenshot), full_page=True)
-            return run_id, status
-        except Exception as exc:
-            page.screenshot(path=str(screenshot.with_name(screenshot.stem + "-failed.png")), full_page=True)
-            exc.add_note(f"browser at {page.url}; " + ("\n".join(problems[-20:]) or "no console errors"))
-            raise
-        finally:
-            browser.close()
+    with browser_page(screenshot) as page:
+        page.goto(f"http://127.0.0.1:{port}/locations/{location}/jobs/{job}/playground")
+        editor = page.locator(".CodeMirror").first
+        editor.wait_for(state="visible")
+        editor.evaluate("(el, v) => el.CodeMirror.setValue(v)", config_yaml)
+        assert editor.evaluate("el => el.CodeMirror.getValue()") == config_yaml
+        button = page.get_by_role("button", name="Launch Run")
+        expect(button).to_be_enabled()  # enabled only once the config validates against the job's schema
+        button.click()
+        page.wait_for_url(RUN_URL)
+        run_id = RUN_URL.match(page.url).group(1)
+        status = wait_for_run(port, run_id, timeout_s)
+        # The run page updates over a websocket; wait until it shows the final status before the screenshot.
+        expect(page.get_by_text(status.capitalize(), exact=True).first).to_be_visible()
+        page.screenshot(path=str(screenshot), full_page=True)
+        return run_id, status
