@@ -59,8 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    AEB_TAR,
     BENCH_OUT,
-    SHARED_DATA,
     WARC_GLOB,
     BenchFailure,
     clean_env,
@@ -76,7 +76,6 @@ from bench.common import (  # noqa: E402
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
 DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
-AEB_TAR = SHARED_DATA / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 HTML_TYPES = ("text/html", "application/xhtml+xml")  # pipeline.HTML_CONTENT_TYPES (not imported: keeps the
 # bare side's start-up free of our modules)

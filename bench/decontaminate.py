@@ -33,9 +33,8 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 from assets.quarantine.benchmarks import DEFAULT_SOURCES, load_items  # noqa: E402
 from assets.quarantine.near_match import NearMatchIndex, find_matches  # noqa: E402
 from assets.quarantine.ngrams import DEFAULT_N, NgramIndex, normalise_words  # noqa: E402
+from bench.common import PYDOCS_TAR  # noqa: E402
 from tests.quarantine.injection import real_documents  # noqa: E402
-
-PYDOCS = ROOT.parent / "shared" / "data" / "corpus" / "python3.11-doc_3.11.2-6+deb12u9_sources_rst.tar.xz"
 
 
 def cpu() -> float:
@@ -61,16 +60,16 @@ def documents() -> tuple[list[tuple[str, str]], list[str]]:
     """(source name, text) of every document, and notes on where they came from."""
     docs = [("repo", t) for t in real_documents()]
     notes = [f"{len(docs)} repo documents (Wikipedia paragraph runs + ScrapingHub news, tests/quarantine/injection.py)"]
-    if PYDOCS.is_file():
+    if PYDOCS_TAR.is_file():
         n = 0
-        with tarfile.open(PYDOCS) as tf:
+        with tarfile.open(PYDOCS_TAR) as tf:
             for member in tf:
                 if member.isfile() and member.name.endswith((".rst", ".txt")):
                     docs.append(("pydocs", tf.extractfile(member).read().decode("utf-8", "replace")))
                     n += 1
-        notes.append(f"{n} Python 3.11 reST files, whole ({PYDOCS.name})")
+        notes.append(f"{n} Python 3.11 reST files, whole ({PYDOCS_TAR.name})")
     else:
-        notes.append(f"../shared is missing ({PYDOCS} not found): measuring on the repo's documents only")
+        notes.append(f"../shared is missing ({PYDOCS_TAR} not found): measuring on the repo's documents only")
     return docs, notes
 
 

@@ -51,11 +51,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchFailure, clean_env, run_reported  # noqa: E402
+from bench.common import PYDOCS_TAR, BenchFailure, clean_env, run_reported  # noqa: E402
 from bench.curate import DT_VENV, ensure_datatrove_venv  # noqa: E402
 
 WIKI = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
-PYDOCS = ROOT.parent / "shared" / "data" / "corpus" / "python3.11-doc_3.11.2-6+deb12u9_sources_rst.tar.xz"
 DT_SCRIPT = ROOT / "bench" / "dedup_datatrove" / "minhash_signatures.py"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 RSS_GOAL_BYTES = 2 << 30
@@ -145,18 +144,20 @@ def load_corpus(words: int) -> tuple[list[str], list[str]]:
         elif line:
             article.append(line)
     notes.append(f"{n_wiki} chunks of the Wikipedia excerpt ({WIKI.relative_to(ROOT)})")
-    if PYDOCS.is_file():
+    if PYDOCS_TAR.is_file():
         n_py = 0
-        with tarfile.open(PYDOCS) as tf:
+        with tarfile.open(PYDOCS_TAR) as tf:
             for member in tf:
                 if member.isfile() and member.name.endswith((".rst", ".txt")):
                     text = tf.extractfile(member).read().decode("utf-8", "replace")
                     chunks = chunk_paragraphs(re.split(r"\n\s*\n", text), words, words // 5)
                     texts += chunks
                     n_py += len(chunks)
-        notes.append(f"{n_py} chunks of the Python 3.11 reST docs ({PYDOCS.name})")
+        notes.append(f"{n_py} chunks of the Python 3.11 reST docs ({PYDOCS_TAR.name})")
     else:
-        notes.append(f"../shared is missing ({PYDOCS} not found): continuing with the repo's Wikipedia excerpt only")
+        notes.append(
+            f"../shared is missing ({PYDOCS_TAR} not found): continuing with the repo's Wikipedia excerpt only"
+        )
     return texts, notes
 
 

@@ -30,10 +30,10 @@ from urllib.parse import urlsplit
 from assets.curated.domain import MAX_CHARS
 from assets.curated.extract import normalise_text
 from assets.curated.models import REFERENCE_CORPUS
+from bench.common import PYDOCS_TAR
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "domain"
-PYDOCS = ROOT.parent / "shared" / "data" / "corpus" / "python3.11-doc_3.11.2-6+deb12u9_sources_rst.tar.xz"
 EVAL_WIKI_EVERY = 5  # every 5th article of data/corpus (by position) is held out for evaluation
 EVAL_PYDOCS = 15  # Python documentation pages held out for evaluation (the first by sha256 of their path)
 TRAIN_PYDOCS = 160
@@ -111,7 +111,7 @@ def wiki_articles() -> list[tuple[str, str]]:
 def python_docs() -> list[tuple[str, str]]:
     """(path, text) of the Python documentation sources, sorted by sha256 of the path."""
     out = []
-    with tarfile.open(PYDOCS) as tar:
+    with tarfile.open(PYDOCS_TAR) as tar:
         for m in tar.getmembers():
             if m.isfile() and m.name.endswith(".rst.txt"):
                 text = normalise_text(tar.extractfile(m).read().decode("utf-8", "replace"))
@@ -124,8 +124,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pool", required=True, help="JSON lines from bench/domain_pool.py")
     args = ap.parse_args()
-    if not PYDOCS.exists():
-        print(f"{PYDOCS} is missing: this script needs ../shared/data/corpus", file=sys.stderr)
+    if not PYDOCS_TAR.exists():
+        print(f"{PYDOCS_TAR} is missing: this script needs ../shared/data/corpus", file=sys.stderr)
         return 2
     pool = [json.loads(line) for line in open(args.pool, encoding="utf-8")]
     with open(OUT / "eval_labels.tsv", encoding="utf-8") as fh:

@@ -23,11 +23,10 @@ from pathlib import Path
 from assets.curated.extract import Extractor
 from assets.curated.pipeline import is_html
 from assets.raw.warc_reader import ReadContext, read_warc
+from bench.common import AEB_TAR, SHARED_DATA, TRAFILATURA_EVAL_TAR
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "extraction_gold"
-SCRAPINGHUB = SHARED / "scrapinghub_aeb_4a3bc979.tar"
-TRAFILATURA = SHARED / "trafilatura_eval_e90b0ef5.tar.xz"
+SHARED = SHARED_DATA / "extraction_gold"
 
 
 def sample_crawl_pages() -> list[tuple[str, str, bytes, str | None]]:
@@ -44,7 +43,7 @@ def sample_crawl_pages() -> list[tuple[str, str, bytes, str | None]]:
 
 
 def scrapinghub_pages(tmp: Path) -> list[tuple[str, str, bytes, str | None]]:
-    with tarfile.open(SCRAPINGHUB) as tar:
+    with tarfile.open(AEB_TAR) as tar:
         tar.extractall(tmp, filter="data")
     base = tmp / "article-extraction-benchmark"
     truth = json.loads((base / "ground-truth.json").read_text())
@@ -57,7 +56,7 @@ def scrapinghub_pages(tmp: Path) -> list[tuple[str, str, bytes, str | None]]:
 
 
 def trafilatura_pages(tmp: Path) -> list[tuple[str, str, bytes, str | None]]:
-    with tarfile.open(TRAFILATURA) as tar:
+    with tarfile.open(TRAFILATURA_EVAL_TAR) as tar:
         tar.extractall(tmp, filter="data")
     base = tmp / "trafilatura_eval" / "tests"
     meta = json.loads((base / "evaldata.json").read_text())

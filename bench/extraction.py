@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assets.curated.extract import DEFAULT_TIMEOUT_S, DEFAULT_TRAFILATURA_OPTIONS, Extractor  # noqa: E402
-from bench.common import load_aeb  # noqa: E402
+from bench.common import SHARED_DATA, load_aeb  # noqa: E402
 
 AEB_TAR = Path("extraction_gold") / "scrapinghub_aeb_4a3bc979.tar"
 
@@ -50,7 +50,7 @@ def summarise(name: str, scores: list[tuple[float, float, float]], seconds: floa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data folder")
+    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="the shared data folder")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
     parser.add_argument("--limit", type=int, default=None, help="only the first N pages (by id)")
     args = parser.parse_args()

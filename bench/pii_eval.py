@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assets.curated.pii import PII_TYPES, evaluate, find_pii, format_report, redact  # noqa: E402
+from bench.common import SHARED_DATA  # noqa: E402
 
 LABELLED = ROOT / "tests" / "curated" / "data" / "pii_labelled.jsonl"
 ENWIKI = Path("corpus") / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -74,7 +75,7 @@ def best_of(fn, docs: list[str], repeat: int = 3) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=SHARED_DATA)
     ap.add_argument("--show", type=int, default=20, help="stray hits to print per corpus")
     args = ap.parse_args()
 
