@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from tests.orchestration.dagster_server import dagster_server, graphql
+from tests.orchestration.dagster_server import dagster_server, wait_until_ended
 from tests.run_view.browser import browser_page, missing_browser
 
 pytestmark = pytest.mark.slow  # a dagster dev server, a browser and a backfill of two partitions: ~90 s
@@ -27,7 +26,8 @@ pytestmark = pytest.mark.slow  # a dagster dev server, a browser and a backfill 
 REPO = Path(__file__).resolve().parents[2]
 SEGMENTS = ("CC-MAIN-2020-34/1596439738015.38", "CC-MAIN-2024-22/1715971057216.39")
 BACKFILL = """query($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
-  ... on PartitionBackfill { status numPartitions partitionNames assetSelection { path } runs(limit: 20) { status } }
+  ... on PartitionBackfill { status numPartitions partitionNames assetSelection { path } runs(limit: 20) {
+    status creationTime startTime endTime } }
 } }"""
 RUNNING = {"REQUESTED", "CANCELING"}
 
@@ -51,7 +51,7 @@ def prepare(home: Path, crawl: Path) -> None:
         run_job(defs, instance, "curate_models")
 
 
-def backfill_from_asset_page(port: int, screenshot: Path, timeout_s: float = 600) -> tuple[str, dict]:
+def backfill_from_asset_page(port: int, screenshot: Path) -> tuple[str, dict]:
     """Open curated/documents, Materialize… -> All partitions -> Launch backfill; wait until the backfill ends;
     screenshot its page; return (backfill id, its GraphQL record). On failure the page is kept as *-failed.png
     with the browser's console errors."""
@@ -70,10 +70,9 @@ def backfill_from_asset_page(port: int, screenshot: Path, timeout_s: float = 600
         toast = page.get_by_text(re.compile(r"Created backfill \w+"))
         expect(toast).to_be_visible()
         backfill_id = re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
-        deadline = time.monotonic() + timeout_s
-        while (record := graphql(port, BACKFILL, {"id": backfill_id})["partitionBackfillOrError"])["status"] in RUNNING:
-            assert time.monotonic() < deadline, f"backfill {backfill_id} still {record} after {timeout_s} s"
-            time.sleep(1)
+        record = wait_until_ended(
+            port, BACKFILL, {"id": backfill_id}, "partitionBackfillOrError", lambda status: status not in RUNNING
+        )
         page.goto(f"http://127.0.0.1:{port}/runs/b/{backfill_id}")
         expect(page.get_by_text(backfill_id).first).to_be_visible()
         if record["status"] == "COMPLETED_SUCCESS":  # what the user sees on the backfill's page

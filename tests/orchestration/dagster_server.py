@@ -34,6 +34,15 @@ def graphql(port: int, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
+def wait_until_ended(port: int, query: str, variables: dict, field: str, ended) -> dict:
+    """Poll GraphQL `query` every 0.5 s until `ended(record["status"])`, where record is `data[field]`; return it.
+    No deadline of its own: a run or backfill that never ends is cut by the suite's per-test timeout
+    (pyproject's `timeout`), and a server that dies ends the poll with a connection error."""
+    while not ended((record := graphql(port, query, variables)[field]).get("status")):
+        time.sleep(0.5)
+    return record
+
+
 @contextmanager
 def dagster_server(tmp_path: Path, command: str = "dagster-webserver", env_extra: dict | None = None):
     """Yield the port of a server started with a fresh DAGSTER_HOME; kill its whole process group after."""

@@ -10,10 +10,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import re
-import time
 from pathlib import Path
 
-from tests.orchestration.dagster_server import graphql
+from tests.orchestration.dagster_server import wait_until_ended
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Cheap protection on closed CI networks: no background fetches, no sandbox (CI runs as root),
@@ -71,21 +70,7 @@ def browser_page(screenshot: Path):
             browser.close()
 
 
-def wait_for_run(port: int, run_id: str, timeout_s: float = 300) -> str:
-    """Poll GraphQL until the run reaches SUCCESS, FAILURE or CANCELED; return that status."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        run = graphql(port, RUN_STATUS, {"id": run_id})["runOrError"]
-        if run.get("status") in FINAL:
-            return run["status"]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"run {run_id} still {run} after {timeout_s} s")
-        time.sleep(0.5)
-
-
-def launch_from_launchpad(
-    port: int, location: str, job: str, config_yaml: str, screenshot: Path, timeout_s: float = 300
-) -> tuple[str, str]:
+def launch_from_launchpad(port: int, location: str, job: str, config_yaml: str, screenshot: Path) -> tuple[str, str]:
     """Open `job`'s Launchpad, set `config_yaml`, click Launch Run, wait until the run ends and its page shows
     the final status, save a full-page PNG to `screenshot`; return (run_id, status). When a step fails, the
     page is saved as `<screenshot stem>-failed.png` and the browser's console errors are added to the error."""
@@ -102,7 +87,7 @@ def launch_from_launchpad(
         button.click()
         page.wait_for_url(RUN_URL)
         run_id = RUN_URL.match(page.url).group(1)
-        status = wait_for_run(port, run_id, timeout_s)
+        status = wait_until_ended(port, RUN_STATUS, {"id": run_id}, "runOrError", lambda s: s in FINAL)["status"]
         # The run page updates over a websocket; wait until it shows the final status before the screenshot.
         expect(page.get_by_text(status.capitalize(), exact=True).first).to_be_visible()
         page.screenshot(path=str(screenshot), full_page=True)
