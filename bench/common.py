@@ -20,7 +20,8 @@ WARC_GLOB = "crawl-data/*/segments/*/warc/*.warc.gz"
 BENCH_OUT = Path(__file__).resolve().parent / "out"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TRAFILATURA_EVAL_TAR = SHARED_DATA / "extraction_gold" / "trafilatura_eval_e90b0ef5.tar.xz"
-AEB_TAR = SHARED_DATA / "extraction_gold" / "scrapinghub_aeb_4a3bc979.tar"
+AEB_IN_DATA = Path("extraction_gold") / "scrapinghub_aeb_4a3bc979.tar"  # under a --data folder
+AEB_TAR = SHARED_DATA / AEB_IN_DATA
 PYDOCS_TAR = SHARED_DATA / "corpus" / "python3.11-doc_3.11.2-6+deb12u9_sources_rst.tar.xz"
 AEB_PREFIX = "article-extraction-benchmark/"
 

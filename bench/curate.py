@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib.util
 import json
 import os
 import resource
@@ -74,7 +73,7 @@ from bench.common import (  # noqa: E402
 )
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
-DT_VENV = ROOT / "bench" / "out" / "venvs" / "datatrove"
+DT_VENV = BENCH_OUT / "venvs" / "datatrove"
 DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 HTML_TYPES = ("text/html", "application/xhtml+xml")  # pipeline.HTML_CONTENT_TYPES (not imported: keeps the
@@ -467,9 +466,8 @@ def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | No
     """Mean token F1 on the AEB pages: (ours, datatrove, pages), or None without the benchmark data."""
     if not AEB_TAR.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("bench_extraction", ROOT / "bench" / "extraction.py")
-    ext = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ext)
+    from bench import extraction as ext
+
     pages = load_aeb(AEB_TAR)
     with ext.Extractor(timeout_s=timeout_s) as extractor:
         ours = extractor.extract_many((html, "text/html", url) for _, html, url, _ in pages)

@@ -25,9 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assets.curated.extract import DEFAULT_TIMEOUT_S, DEFAULT_TRAFILATURA_OPTIONS, Extractor  # noqa: E402
-from bench.common import SHARED_DATA, load_aeb  # noqa: E402
-
-AEB_TAR = Path("extraction_gold") / "scrapinghub_aeb_4a3bc979.tar"
+from bench.common import AEB_IN_DATA, SHARED_DATA, load_aeb  # noqa: E402
 
 
 def token_prf(gold: str, predicted: str | None) -> tuple[float, float, float]:
@@ -55,7 +53,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N pages (by id)")
     args = parser.parse_args()
 
-    tar_path = args.data / AEB_TAR
+    tar_path = args.data / AEB_IN_DATA
     if not tar_path.is_file():
         print(
             f"bench/extraction.py: benchmark data not found at {tar_path}. It is not part of the repo; "

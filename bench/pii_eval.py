@@ -29,11 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assets.curated.pii import PII_TYPES, evaluate, find_pii, format_report, redact  # noqa: E402
-from bench.common import SHARED_DATA  # noqa: E402
+from bench.common import AEB_IN_DATA, AEB_PREFIX, SHARED_DATA  # noqa: E402
 
 LABELLED = ROOT / "tests" / "curated" / "data" / "pii_labelled.jsonl"
 ENWIKI = Path("corpus") / "enwiki_excerpt_clean_104articles.txt.xz"
-AEB_TAR = Path("extraction_gold") / "scrapinghub_aeb_4a3bc979.tar"
 
 _BASE_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _BASE_IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
@@ -56,9 +55,9 @@ def load_real_text(data: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if (data / ENWIKI).exists():
         out["enwiki_104"] = [lzma.decompress((data / ENWIKI).read_bytes()).decode("utf-8")]
-    if (data / AEB_TAR).exists():
-        with tarfile.open(data / AEB_TAR) as tar:
-            truth = json.load(tar.extractfile("article-extraction-benchmark/ground-truth.json"))
+    if (data / AEB_IN_DATA).exists():
+        with tarfile.open(data / AEB_IN_DATA) as tar:
+            truth = json.load(tar.extractfile(AEB_PREFIX + "ground-truth.json"))
         out["aeb_articles"] = [truth[k]["articleBody"] for k in sorted(truth)]
     return out
 
@@ -93,7 +92,7 @@ def main() -> int:
     corpora = load_real_text(args.data)
     if not corpora:
         print(
-            f"real text MISSING: neither {args.data / ENWIKI} nor {args.data / AEB_TAR} exists; "
+            f"real text MISSING: neither {args.data / ENWIKI} nor {args.data / AEB_IN_DATA} exists; "
             "skipping the speed / stray-hit part (pass --data DIR)"
         )
         return 0
