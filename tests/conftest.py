@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import dagster as dg
@@ -23,6 +24,17 @@ SAMPLE_KEYS = (
     "LEGACY-ARCHIVES/rust-docs-2026",
     "LEGACY-ARCHIVES/wget-2024",
 )
+
+
+@pytest.fixture(autouse=True)
+def sigterm_ends_processes():
+    """SIGTERM at its default around every test. Dagster's `capture_interrupts` (entered by each
+    `dg.materialize`) leaves SIGTERM with SIGINT's handler when it exits, and a background shell job starts with
+    SIGINT ignored: from the first Dagster run on, SIGTERM was ignored in this process and in every process a
+    later test started (an ignored signal survives fork and exec), so `Pool.terminate()` waited forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,6 +22,7 @@ from iceberg_catalog import CatalogConfig, Lakehouse
 from iceberg_catalog.commit import Provenance
 from iceberg_catalog.digest import table_digest
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
+from orchestration.local_cluster.servers import stop
 from tests.cluster.servers import postgres, seaweedfs  # noqa: F401 - fixtures
 from tests.conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_segments
 
@@ -114,8 +115,12 @@ def test_two_concurrent_backfills_on_postgres_lose_no_commit(tmp_path, monkeypat
         )  # fmt: skip
         for keys, (out, err) in zip(halves, logs)
     ]
-    for p in procs:
-        p.wait(timeout=600)
+    try:
+        for p in procs:
+            p.wait(timeout=600)
+    finally:  # a child still running when its wait ended (its timeout or the suite's hang guard) is stopped
+        for p in procs:
+            stop(p, grace=10)
     outs = [(out.read_text(), err.read_text()) for out, err in logs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]

@@ -3,9 +3,14 @@ serialised committers, task files committed in task order, pinned scans and slic
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import contextlib
+import os
 import pickle
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -13,6 +18,10 @@ import pytest
 from iceberg_catalog import CatalogConfig, FileWriter, Lakehouse, Provenance, TaskResult, config_hash, open_catalog
 from iceberg_catalog.digest import table_digest
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS
+
+from processes import WAIT_S, exit_codes
+
+REPO = Path(__file__).resolve().parents[2]
 
 T = "raw.rejected_records"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -123,27 +132,48 @@ def test_config_hash_is_canonical():
     assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
 
 
-def _committer(args) -> int:
-    home, worker, n = args
+def _committer(home: str, worker: int, n: int) -> None:
     lakehouse = Lakehouse(CatalogConfig.embedded(home))
     for i in range(n):
         writer = lakehouse.writer(RAW_REJECTED_RECORDS, {"crawl": "c", "segment": f"w{worker}"})
         writer.write(rejects("c", f"w{worker}", i + 1))
         writer.commit(prov(f"w{worker}-{i}", f"c/w{worker}"))
-    return worker
 
 
 def test_concurrent_committers_on_sqlite_lose_nothing(tokenlake_home):
     open_catalog()  # create tables first
     workers, n = 4, 3
-    with mp.get_context("spawn").Pool(workers) as pool:
-        assert sorted(pool.map(_committer, [(str(tokenlake_home), w, n) for w in range(workers)])) == list(
-            range(workers)
-        )
+    assert exit_codes(_committer, [(str(tokenlake_home), w, n) for w in range(workers)]) == [0] * workers
     catalog = open_catalog()
     assert counts(catalog) == {("c", f"w{w}"): n for w in range(workers)}
     runs = {s.summary.additional_properties["tokenlake.dagster-run-id"] for s in catalog.load_table(T).snapshots()}
     assert runs == {f"w{w}-{i}" for w in range(workers) for i in range(n)}
+
+
+def test_the_committer_test_ends_in_a_background_job():
+    """`make test &` runs pytest as a background job, SIGINT ignored; a Dagster run then left SIGTERM ignored
+    too (tests/processes.py says how), and the test above hung in its pool's exit. Run a Dagster materialisation,
+    then that test, in a pytest started the same way: both pass, well within the suite's hang guard."""
+    nodes = [
+        "tests/raw/test_raw_asset.py::test_rematerialising_keeps_count_and_adds_provenance_snapshot",
+        "tests/iceberg_catalog/test_commit.py::test_concurrent_committers_on_sqlite_lose_nothing",
+    ]
+    # `&` in a shell without job control: the job starts with SIGINT and SIGQUIT ignored
+    script = '"$0" -m pytest -q -p no:cacheprovider "$@" & wait $!'
+    proc = subprocess.Popen(
+        ["bash", "-c", script, sys.executable, *nodes],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=WAIT_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of a hung run: end it, never wait on it
+    assert proc.returncode == 0 and "2 passed" in out, out[-3000:]
 
 
 def run_task(lakehouse: Lakehouse, run: str, index: int, rows: int) -> TaskResult:

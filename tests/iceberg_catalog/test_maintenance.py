@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import lzma
-import multiprocessing as mp
 import re
 import uuid
 from datetime import UTC, datetime
@@ -31,6 +30,8 @@ from iceberg_catalog.maintenance import (
     sweep_orphan_files,
 )
 from iceberg_catalog.schemas import RAW_WARC_RECORDS, TOKENIZED_DOCUMENTS
+
+from processes import spawned
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = "raw.warc_records"
@@ -324,8 +325,7 @@ def test_a_delete_snapshot_keeps_the_removed_files_bounds_until_its_delete_manif
     assert sorted_rows(table).equals(rows) and rows.num_rows == 4
 
 
-def _writer_process(args) -> int:
-    home, n = args
+def _writer_process(home: str, n: int) -> None:
     config = CatalogConfig.embedded(home)
     catalog = open_catalog(config)
     docs = articles(4)
@@ -335,7 +335,6 @@ def _writer_process(args) -> int:
         )
         w.write(warc_rows(f"w{i}", docs))
         w.commit(prov(f"{CRAWL}/w{i}"))
-    return n
 
 
 def test_maintenance_running_beside_a_committing_writer_loses_nothing(tokenlake_home):
@@ -345,12 +344,11 @@ def test_maintenance_running_beside_a_committing_writer_loses_nothing(tokenlake_
     table = catalog.load_table(RAW)
     victim = EqualTo("deletion_key", deletion_key(VICTIM_URI))
     n = 6
-    with mp.get_context("spawn").Pool(1) as pool:
-        pending = pool.map_async(_writer_process, [(str(tokenlake_home), n)])
+    with spawned(_writer_process, [(str(tokenlake_home), n)]) as (writer,):
         reports = []
-        while not pending.ready() or not reports:
+        while writer.is_alive() or not reports:
             reports.append(erase_rows(table, victim, DR, catalog_fingerprint=config.fingerprint()))
-        assert pending.get() == [n]
+    assert writer.exitcode == 0
     final = erase_rows(table, victim, DR, catalog_fingerprint=config.fingerprint())
     assert sum(r.rows_deleted for r in reports) == 1 and final.erased
     segments = pc.value_counts(table.scan(selected_fields=("segment",)).to_arrow()["segment"]).to_pylist()
