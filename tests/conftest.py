@@ -26,6 +26,18 @@ SAMPLE_KEYS = (
 )
 
 
+def skip_here_fail_in_ci(missing: str | None) -> None:
+    """For a test that needs a browser or a server: when `missing` names what this machine lacks (and how to get
+    it), skip the test, or fail it where TOKENLAKE_REQUIRE_SERVERS=1: CI installs them all, so a skip there would
+    hide a test that never ran."""
+    __tracebackhide__ = True  # pytest reports the skip or failure at the caller's line, not here
+    if not missing:
+        return
+    if os.environ.get("TOKENLAKE_REQUIRE_SERVERS") == "1":
+        pytest.fail(f"{missing} (TOKENLAKE_REQUIRE_SERVERS=1: this test must run, not skip)")
+    pytest.skip(f"missing server or browser: {missing}")
+
+
 @pytest.fixture(autouse=True)
 def sigterm_ends_processes():
     """SIGTERM at its default around every test. Dagster's `capture_interrupts` (entered by each

@@ -1,11 +1,11 @@
 """pytest fixtures around the real loopback servers of `orchestration.local_cluster.servers` (session scope).
 
-A missing server binary skips the tests that need it, unless TOKENLAKE_REQUIRE_SERVERS=1 (CI): then it fails.
+A missing server binary skips the tests that need it, unless TOKENLAKE_REQUIRE_SERVERS=1 (CI): then it fails
+(`tests.conftest.skip_here_fail_in_ci`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,14 +24,12 @@ from orchestration.local_cluster.servers import (  # noqa: F401 - re-exported fo
     stop,
     wait_for,
 )
+from tests.conftest import skip_here_fail_in_ci
 
 
 def _need(path: Path, what: str) -> None:
     """Skip when a server binary is missing, unless TOKENLAKE_REQUIRE_SERVERS=1 (CI): then fail."""
-    if not path.exists():
-        if os.environ.get("TOKENLAKE_REQUIRE_SERVERS") == "1":
-            pytest.fail(f"{what} not installed at {path} (TOKENLAKE_REQUIRE_SERVERS=1)")
-        pytest.skip(f"{what} not installed at {path}")
+    skip_here_fail_in_ci(None if path.exists() else f"{what} not installed at {path}")
 
 
 @pytest.fixture(scope="session")

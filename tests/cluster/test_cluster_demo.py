@@ -14,6 +14,7 @@ import pytest
 
 from orchestration.local_cluster.demo import missing_binaries
 from tests.cluster.test_catalogs import SAMPLES_DIGEST_PREFIX
+from tests.conftest import skip_here_fail_in_ci
 
 pytestmark = pytest.mark.slow  # ~2.5 minutes on 2 cores
 
@@ -29,10 +30,8 @@ def alive(pid: int) -> bool:
 
 
 def test_cluster_demo_runs_the_demo_on_servers_and_stops_what_it_started(tmp_path):
-    if missing := missing_binaries():
-        if os.environ.get("TOKENLAKE_REQUIRE_SERVERS") == "1":
-            pytest.fail(f"cluster demo prerequisites missing: {missing}")
-        pytest.skip(f"cluster demo prerequisites missing: {missing}")
+    missing = missing_binaries()
+    skip_here_fail_in_ci(f"cluster demo prerequisites missing: {missing}" if missing else None)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOKENLAKE_", "RAY_", "AWS_", "DAGSTER_"))}
     proc = subprocess.run(
         [sys.executable, "-m", "orchestration.local_cluster.demo"],

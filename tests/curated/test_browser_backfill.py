@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.conftest import skip_here_fail_in_ci
 from tests.orchestration.dagster_server import dagster_server, wait_until_ended
 from tests.run_view.browser import browser_page, missing_browser
 
@@ -82,11 +83,7 @@ def backfill_from_asset_page(port: int, screenshot: Path) -> tuple[str, dict]:
 
 
 def test_backfill_of_curated_documents_over_all_partitions_from_the_asset_page(tmp_path, monkeypatch):
-    reason = missing_browser()
-    if reason:
-        if os.environ.get("TOKENLAKE_REQUIRE_SERVERS"):
-            pytest.fail(reason)  # CI installs Chromium: a skip there would hide a missing browser test
-        pytest.skip(reason)
+    skip_here_fail_in_ci(missing_browser())
     from assets.curated.pipeline import is_html
     from iceberg_catalog import Lakehouse
     from iceberg_catalog.schemas import CURATED_DOCUMENTS, RAW_WARC_RECORDS

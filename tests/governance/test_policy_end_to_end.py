@@ -34,6 +34,7 @@ from iceberg_catalog.schemas import (
     TABLES,
     TOKENIZED_DOCUMENTS,
 )
+from tests.conftest import skip_here_fail_in_ci
 from tests.orchestration.dagster_server import dagster_server, graphql
 from tests.run_view.browser import launch_from_launchpad, missing_browser
 from tests.run_view.test_browser_publish import RUN, run_demo
@@ -103,9 +104,7 @@ def job(name: str, op: str | None, config: dict | None):
 
 @pytest.mark.slow
 def test_propose_approve_in_the_browser_apply_and_roll_back(tmp_path, tokenlake_home, monkeypatch):
-    reason = missing_browser()
-    if reason:
-        pytest.skip(reason)
+    skip_here_fail_in_ci(missing_browser())
     dagster_home = tmp_path / "dagster"
     run_demo(tokenlake_home, dagster_home, tmp_path / "demo.log")
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))

@@ -16,13 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from assets.run_view import store
 from iceberg_catalog import TABLES, Lakehouse
 from iceberg_catalog.run_view_contract import tag_name
 from iceberg_catalog.schemas import RUN_VIEW_SAMPLES
+from tests.conftest import skip_here_fail_in_ci
 from tests.orchestration.dagster_server import dagster_server, graphql
 from tests.run_view.browser import launch_from_launchpad, missing_browser
 
@@ -73,9 +73,7 @@ def keep_screenshots(folder: Path) -> None:
 
 
 def test_reviewer_publishes_the_demo_candidate_from_the_launchpad(tmp_path, tokenlake_home):
-    reason = missing_browser()
-    if reason:
-        pytest.skip(reason)
+    skip_here_fail_in_ci(missing_browser())
     dagster_home = tmp_path / "dagster"
     run_demo(tokenlake_home, dagster_home, tmp_path / "demo.log")
 
