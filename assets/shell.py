@@ -22,7 +22,8 @@ def provenance(
     upstream_snapshot_ids: Mapping[str, int | None] | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> Provenance:
-    """The snapshot properties every commit of `key` carries (DESIGN invariant 3)."""
+    """The snapshot properties every commit of `key` carries: provenance on every commit (asset, partition,
+    run, code version, config hash, upstream snapshots)."""
     code_version = context.assets_def.code_versions_by_key.get(key) or "unversioned"
     return Provenance(
         asset_key=key.to_user_string(),

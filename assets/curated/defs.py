@@ -16,8 +16,7 @@ from assets.curated.pipeline import CurateParams
 from assets.governance.policies import governed_params, policy_stamp
 from assets.partitions import crawl_segments
 from assets.plots import histogram_markdown
-from assets.raw.defs import WARC_RECORDS
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.erasure import erasure
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
@@ -28,10 +27,11 @@ from iceberg_catalog.schemas import (
 from resources import IcebergCatalogResource, LanguageModelResource, parse_partition_key, reference_lm_path
 from resources.executor import TaskExecutorResource
 
+LANGID_VALIDATION = table_key(CURATED_LANGID_VALIDATION)
+DOCUMENTS = table_key(CURATED_DOCUMENTS)
+EXACT_DUPLICATES = table_key(CURATED_EXACT_DUPLICATES)
+# assets that write no table (model files, a validation shown as metadata): keys of their own
 REFERENCE_LM = dg.AssetKey(["curated", "reference_lm"])
-LANGID_VALIDATION = dg.AssetKey(["curated", "langid_validation"])
-DOCUMENTS = dg.AssetKey(["curated", "documents"])
-EXACT_DUPLICATES = dg.AssetKey(["curated", "exact_duplicates"])
 DOMAIN_MODEL = dg.AssetKey(["curated", "domain_model"])
 DOMAIN_VALIDATION = dg.AssetKey(["curated", "domain_validation"])
 
@@ -266,7 +266,7 @@ def domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, para
         "iceberg_table": CURATED_DOCUMENTS.identifier,
         **erasure((CURATED_DOCUMENTS, ["doc_id", "record_id", "deletion_key"])),
     },
-    deps=[WARC_RECORDS, REFERENCE_LM, DOMAIN_MODEL],
+    deps=[table_key(RAW_WARC_RECORDS), REFERENCE_LM, DOMAIN_MODEL],
     partitions_def=crawl_segments,
     group_name="curated",
     code_version="curated-2",

@@ -8,10 +8,9 @@ import time
 
 import dagster as dg
 
-from assets.curated.defs import DOCUMENTS
 from assets.dedup import near, signatures
 from assets.partitions import crawl_segments
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.erasure import erasure
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
@@ -22,9 +21,9 @@ from iceberg_catalog.schemas import (
 from resources import IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-MINHASH_BANDS = dg.AssetKey(["dedup", "minhash_bands"])
-MINHASH_SIGNATURES = dg.AssetKey(["dedup", "minhash_signatures"])
-NEAR_DUPLICATES = dg.AssetKey(["dedup", "near_duplicates"])
+MINHASH_BANDS = table_key(DEDUP_MINHASH_BANDS)
+MINHASH_SIGNATURES = table_key(DEDUP_MINHASH_SIGNATURES)
+NEAR_DUPLICATES = table_key(DEDUP_NEAR_DUPLICATES)
 MINHASH_VERSION = "minhash-2"
 MinHashConfig = config_from(signatures.SignatureParams, "MinHashConfig")
 NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig")
@@ -35,7 +34,7 @@ NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig
     specs=[
         dg.AssetSpec(
             MINHASH_BANDS,
-            deps=[DOCUMENTS],
+            deps=[table_key(CURATED_DOCUMENTS)],
             code_version=MINHASH_VERSION,
             kinds={"iceberg"},
             group_name="dedup",
@@ -45,7 +44,7 @@ NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig
         ),
         dg.AssetSpec(
             MINHASH_SIGNATURES,
-            deps=[DOCUMENTS],
+            deps=[table_key(CURATED_DOCUMENTS)],
             code_version=MINHASH_VERSION,
             kinds={"iceberg"},
             group_name="dedup",

@@ -11,14 +11,14 @@ import dagster as dg
 
 from assets.partitions import crawl_segments
 from assets.raw import ingest
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.erasure import erasure
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
 from resources import CrawlSource, IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-WARC_RECORDS = dg.AssetKey(["raw", "warc_records"])
-REJECTED_RECORDS = dg.AssetKey(["raw", "rejected_records"])
+WARC_RECORDS = table_key(RAW_WARC_RECORDS)
+REJECTED_RECORDS = table_key(RAW_REJECTED_RECORDS)
 ASSET_KEYS = (WARC_RECORDS, REJECTED_RECORDS)  # in the order of ingest.TABLES
 CODE_VERSION = "raw-1"
 RawIngestConfig = config_from(ingest.IngestParams, "RawIngestConfig")
