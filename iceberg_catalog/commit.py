@@ -34,7 +34,8 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table
 
-from iceberg_catalog.credentials import portable, restored, same_warehouse
+from iceberg_catalog.catalog import restored
+from iceberg_catalog.credentials import portable, same_warehouse
 from iceberg_catalog.schemas import TABLES, TableDef
 from iceberg_catalog.transaction import transaction
 
