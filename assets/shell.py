@@ -1,5 +1,6 @@
-"""The thin Dagster shell around the pure state modules: provenance from the run context, Dagster configs
-generated from the pure dataclasses, running a plan's tasks on the executor, metadata formatting."""
+"""The thin Dagster shell around the pure state modules: provenance from the run context, running a plan's
+tasks on the executor, what every writer of an Iceberg table declares (key, group, pool, erasure, snapshot
+metadata), Dagster configs generated from the pure dataclasses, metadata formatting."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 import dagster as dg
 import pydantic
 
-from iceberg_catalog import Provenance, TableDef, config_hash
+from iceberg_catalog import CommitResult, Provenance, TableDef, config_hash
+from iceberg_catalog.erasure import erasure
 from resources.executor import TaskExecutor
 
 
@@ -22,7 +24,8 @@ def provenance(
     upstream_snapshot_ids: Mapping[str, int | None] | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> Provenance:
-    """The snapshot properties every commit of `key` carries (DESIGN invariant 3)."""
+    """The snapshot properties every commit of `key` carries: provenance on every commit (asset, partition,
+    run, code version, config hash, upstream snapshots)."""
     code_version = context.assets_def.code_versions_by_key.get(key) or "unversioned"
     return Provenance(
         asset_key=key.to_user_string(),
@@ -33,11 +36,6 @@ def provenance(
         upstream_snapshot_ids=dict(upstream_snapshot_ids or {}),
         extra=dict(extra or {}),
     )
-
-
-def table_key(t: TableDef) -> dg.AssetKey:
-    """The asset that writes table `t`: folder = group = namespace, so its key is the table's identifier."""
-    return dg.AssetKey([t.namespace, t.name])
 
 
 def run_tasks(context: dg.AssetExecutionContext, executor: TaskExecutor, fn: Callable, tasks: Sequence) -> list:
@@ -55,6 +53,42 @@ def run_tasks(context: dg.AssetExecutionContext, executor: TaskExecutor, fn: Cal
     if per_node:
         context.log.info("%s: tasks per node %s", label, dict(sorted(per_node.items())))
     return results
+
+
+# --- what every asset that writes an Iceberg table declares ---------------------------------------------------
+
+
+def table_key(t: TableDef) -> dg.AssetKey:
+    """The asset that writes table `t`: folder = group = namespace, so its key is the table's identifier."""
+    return dg.AssetKey([t.namespace, t.name])
+
+
+def table_asset(t: TableDef, erase: Sequence[str] = ()) -> dict:
+    """The `dg.asset` arguments every writer of table `t` shares: the key, group = namespace, the state's commit
+    pool, the iceberg kind, and the table in the metadata with its erasure (the lineage columns a deletion matches
+    rows on; none where no deletion reaches the table)."""
+    metadata = {"iceberg_table": t.identifier, **(erasure((t, erase)) if erase else {})}
+    return {
+        "key": table_key(t),
+        "group_name": t.namespace,
+        "kinds": {"iceberg"},
+        "pool": f"iceberg_{t.namespace}",
+        "metadata": metadata,
+    }
+
+
+def table_spec(t: TableDef, erase: Sequence[str] = (), **kwargs) -> dg.AssetSpec:
+    """`table_asset` as one spec of a multi-asset (the pool is the multi-asset's), plus `kwargs`."""
+    shared = {k: v for k, v in table_asset(t, erase).items() if k != "pool"}
+    return dg.AssetSpec(**shared, **kwargs)
+
+
+def commit_metadata(commit: CommitResult, upstream: Mapping[str, int | None] | None = None) -> dict:
+    """The snapshot a materialisation committed, and the upstream snapshots it read, as asset metadata."""
+    metadata: dict = {"iceberg_snapshot_id": str(commit.snapshot_id)}
+    if upstream is not None:
+        metadata["upstream_snapshot_ids"] = dg.MetadataValue.json(dict(upstream))
+    return metadata
 
 
 # --- one definition per knob: Dagster configs generated from the pure dataclasses ------------------------

@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` below imports these on first use
-    from iceberg_catalog.catalog import CatalogConfig, SchemaMismatch, ensure_tables, open_catalog, tokenlake_home
+    from iceberg_catalog.catalog import CatalogConfig, tokenlake_home
     from iceberg_catalog.commit import (
         CommitResult,
         FileWriter,
@@ -23,14 +23,13 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     )
     from iceberg_catalog.lakehouse import Lakehouse, ScanSlice
     from iceberg_catalog.schemas import NAMESPACES, TABLES, TableDef
+    from iceberg_catalog.tables import SchemaMismatch, ensure_tables, open_catalog
 
-# name -> the module defining it: imported on first use, so that a process importing one light module of the
-# package (the loader: run_view_contract, metadata_files) does not import pyiceberg through the others
+# name -> the module defining it: imported on first use (lazy only for start-up cost, not for a cycle: the modules
+# import each other at module level, one way), so that a process importing one light module of the package does
+# not import pyiceberg through the others: `import loader` imports run_view_contract and metadata_files only
 _EXPORTS = {
     "CatalogConfig": "catalog",
-    "SchemaMismatch": "catalog",
-    "ensure_tables": "catalog",
-    "open_catalog": "catalog",
     "tokenlake_home": "catalog",
     "CommitResult": "commit",
     "FileWriter": "commit",
@@ -45,6 +44,9 @@ _EXPORTS = {
     "NAMESPACES": "schemas",
     "TABLES": "schemas",
     "TableDef": "schemas",
+    "SchemaMismatch": "tables",
+    "ensure_tables": "tables",
+    "open_catalog": "tables",
 }
 
 

@@ -19,18 +19,16 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from iceberg_catalog.credentials import SECRET_PROPERTIES, URI_PASSWORD, portable, redact_uri, restored, same_catalog
+from iceberg_catalog.credentials import URI_PASSWORD, is_secret, portable, redact_uri, same_catalog
 
-if TYPE_CHECKING:  # pyiceberg and the schemas are imported where used: `CatalogConfig` alone imports neither (the
-    # loader resolves its catalog and reads an embedded one without pyiceberg, iceberg_catalog.metadata_files)
+if TYPE_CHECKING:  # pyiceberg is imported where used: `CatalogConfig` alone does not import it (the loader
+    # resolves its catalog and reads an embedded one without pyiceberg, iceberg_catalog.metadata_files)
     from pyiceberg.catalog import Catalog
-
-    from iceberg_catalog.schemas import TableDef
 
 DEFAULT_CATALOG_NAME = "tokenlake"
 CHECK_TIMEOUT_S = 10.0
@@ -44,7 +42,7 @@ def redacted(properties: Mapping[str, str]) -> dict[str, str]:
     """The properties with secret values (and a URI's password) replaced by `***`: safe to print."""
     out = {}
     for k, v in properties.items():
-        if k in SECRET_PROPERTIES or "password" in k or "secret" in k:
+        if is_secret(k):
             out[k] = "***"
         else:
             out[k] = redact_uri(v) if isinstance(v, str) else v
@@ -172,7 +170,7 @@ class CatalogConfig:
             try:
                 return load_catalog(self.name, **self.properties)
             except Exception as exc:  # noqa: BLE001 - only the first-open race is retried
-                if not _lost_create_race(exc):
+                if not lost_create_race(exc):
                     raise
                 time.sleep(0.2 * attempt)
         return load_catalog(self.name, **self.properties)
@@ -181,7 +179,7 @@ class CatalogConfig:
 CREATE_RACE_ATTEMPTS = 5
 
 
-def _lost_create_race(exc: Exception) -> bool:
+def lost_create_race(exc: Exception) -> bool:
     """Two processes opening a fresh SQL catalog at once both create pyiceberg's own tables; the loser gets a
     duplicate-key or already-exists error from the database. Opening again then finds the tables."""
     text = str(exc).lower()
@@ -193,7 +191,7 @@ def _lost_create_race(exc: Exception) -> bool:
 def _scrub(text: str, config: CatalogConfig) -> str:
     """`text` with every secret value of `config` replaced by `***`."""
     for k, v in config.properties.items():
-        if (k in SECRET_PROPERTIES or "password" in k or "secret" in k) and v:
+        if is_secret(k) and v:
             text = text.replace(str(v), "***")
         if isinstance(v, str) and "://" in v:
             text = text.replace(v, redact_uri(v))
@@ -279,84 +277,22 @@ def _check_bucket(properties: Mapping[str, str], rest: bool) -> None:
         raise CatalogConfigError(f"warehouse {warehouse!r} at s3.endpoint {endpoint!r}: {code} {exc}") from None
 
 
-class SchemaMismatch(RuntimeError):
-    """A table in the catalog does not have the schema declared in iceberg_catalog/schemas.py."""
-
-
-def _add_declared_columns(existing, t: TableDef) -> bool:
-    """Migrate a table made by an older version: when the declaration only appends optional primitive columns
-    whose declared field ids are the ones Iceberg will assign next, add them (old rows read them as null) and
-    return True; anything else is not a migration this can make (False)."""
-    have = {f.field_id: f for f in existing.schema().fields}
-    added = [f for f in t.schema.fields if f.field_id not in have]
-    kept = [f for f in t.schema.fields if f.field_id in have]
-    if not added or len(kept) != len(have) or any(have[f.field_id] != f for f in kept):
-        return False
-    next_id = existing.metadata.last_column_id + 1
-    if [f.field_id for f in added] != list(range(next_id, next_id + len(added))):
-        return False
-    if any(f.required or not f.field_type.is_primitive for f in added):
-        return False
-    with existing.update_schema() as update:
-        for f in added:
-            update.add_column(f.name, f.field_type, doc=f.doc)
-    return existing.refresh().schema().as_struct() == t.schema.as_struct()
-
-
-def ensure_tables(catalog: Catalog, tables: Iterable[TableDef] | None = None) -> None:
-    """Create every namespace and any missing table (`tables`: all of iceberg_catalog.schemas by default); add
-    the optional columns a newer declaration appends (`_add_declared_columns`); refuse an existing table whose
-    schema differs otherwise from its declaration (field ids, names, types), since data files are written by
-    declared field id."""
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
-
-    from iceberg_catalog.schemas import NAMESPACES, TABLES
-
-    tables = TABLES.values() if tables is None else tables
-    for ns in NAMESPACES:
-        try:
-            catalog.create_namespace(ns)
-        except NamespaceAlreadyExistsError:
-            pass
-        except Exception as exc:  # noqa: BLE001 - another process created it between check and insert
-            if not _lost_create_race(exc):
-                raise
-    from iceberg_catalog.lakehouse import check_location  # the location guard, before anything is written
-
-    for t in tables:
-        try:
-            existing = catalog.load_table(t.identifier)
-            check_location(t, existing.location(), str(catalog.properties.get("warehouse", "")))
-        except NoSuchTableError:
-            try:
-                catalog.create_table(
-                    t.identifier, schema=t.schema, partition_spec=t.partition_spec, properties=t.properties
-                )
-            except TableAlreadyExistsError:  # another process won the race: fine
-                pass
-            except Exception as exc:  # noqa: BLE001 - the same race, seen by the database
-                if not _lost_create_race(exc):
-                    raise
-            continue
-        if existing.schema().as_struct() != t.schema.as_struct() and not _add_declared_columns(existing, t):
-            declared = {f.field_id: (f.name, str(f.field_type)) for f in t.schema.fields}
-            actual = {f.field_id: (f.name, str(f.field_type)) for f in existing.schema().fields}
-            diff = sorted(set(declared.items()) ^ set(actual.items()))[:6]
-            raise SchemaMismatch(
-                f"table {t.identifier} in the catalog differs from its declaration (first differences by field id: "
-                f"{diff}); migrate it with table.update_schema() or drop it (embedded default: delete "
-                f"TOKENLAKE_HOME) and re-materialise"
-            )
-
-
-def open_catalog(config: CatalogConfig | None = None, *, create: bool = True) -> Catalog:
-    """Open the configured catalog and, unless `create=False`, make sure namespaces and tables exist."""
-    catalog = (config or CatalogConfig.resolve()).load()
-    if create:
-        ensure_tables(catalog)
-    return catalog
-
-
 def _unpickle_config(name: str, public: Mapping[str, str], removed: tuple[str, ...]) -> CatalogConfig:
     properties, missing = restored(public, removed, same_catalog(public))
     return CatalogConfig(name, properties, missing)
+
+
+def restored(
+    public: Mapping[str, str], removed: tuple[str, ...], same: Callable[[Mapping[str, str]], bool]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """In the process that unpickled `public`: this process's own catalog properties when `same(them)`, else
+    `public` as it is; with the names of the secrets still missing (none when nothing was removed)."""
+    if not removed:
+        return dict(public), ()
+    try:
+        local = CatalogConfig.resolve()
+    except (OSError, ValueError):
+        local = None
+    if local is not None and same(local.properties):
+        return dict(local.properties), ()
+    return dict(public), removed

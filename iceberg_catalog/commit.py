@@ -34,7 +34,8 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table
 
-from iceberg_catalog.credentials import portable, restored, same_warehouse
+from iceberg_catalog.catalog import restored
+from iceberg_catalog.credentials import portable, same_warehouse
 from iceberg_catalog.schemas import TABLES, TableDef
 from iceberg_catalog.transaction import transaction
 
@@ -353,6 +354,25 @@ def task_output(
     )
 
 
+def back_off(
+    exc: CommitFailedException,
+    attempts: int,
+    max_attempts: int,
+    what: str,
+    identifier: str,
+    *,
+    base_s: float,
+    cap_s: float,
+) -> None:
+    """After commit conflict `exc` on attempt `attempts` of `what`: give up at `max_attempts`, else sleep a capped
+    exponential backoff with jitter (committers that collided spread out instead of colliding again)."""
+    if attempts >= max_attempts:
+        raise CommitFailedException(f"gave up {what} after {attempts} attempts: {exc}") from exc
+    delay = min(cap_s, base_s * 2**attempts) * (0.5 + random.random())
+    log.warning("commit conflict on %s (attempt %d), retrying in %.1fs: %s", identifier, attempts, delay, exc)
+    time.sleep(delay)
+
+
 def commit_partition(
     catalog: Catalog,
     identifier: str,
@@ -396,13 +416,8 @@ def commit_partition(
                 table = catalog.load_table(identifier)
             break
         except CommitFailedException as exc:
-            if attempts >= max_attempts:
-                raise CommitFailedException(
-                    f"gave up committing partition {dict(partition)} of {identifier} after {attempts} attempts: {exc}"
-                ) from exc
-            delay = min(30.0, 0.2 * 2**attempts) * (0.5 + random.random())
-            log.warning("commit conflict on %s (attempt %d), retrying in %.1fs: %s", identifier, attempts, delay, exc)
-            time.sleep(delay)
+            what = f"committing partition {dict(partition)} of {identifier}"
+            back_off(exc, attempts, max_attempts, what, identifier, base_s=0.2, cap_s=30.0)
     snap = table.current_snapshot()
     return CommitResult(identifier, snap.snapshot_id if snap else None, rows, len(paths), attempts)
 

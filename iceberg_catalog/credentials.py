@@ -1,8 +1,12 @@
 """Secrets never travel with a task. A `Lakehouse` or `TaskOutput` pickled for another process (a Ray task, a
 process pool) carries its catalog and FileIO properties without secret values; the process that unpickles it
-takes them from its own configuration: the catalog file named by its `TOKENLAKE_CATALOG`, when that names the
-same catalog, else S3's own credential chain (`AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, an instance role). Give the
-nodes that run tasks the same `TOKENLAKE_CATALOG` file (a mounted secret) or AWS credentials.
+takes them from its own configuration (`iceberg_catalog.catalog.restored`): the catalog file named by its
+`TOKENLAKE_CATALOG`, when that names the same catalog, else S3's own credential chain (`AWS_ACCESS_KEY_ID`,
+`AWS_PROFILE`, an instance role). Give the nodes that run tasks the same `TOKENLAKE_CATALOG` file (a mounted
+secret) or AWS credentials.
+
+This module holds the rules on properties only and imports nothing of the project: the catalog configuration
+builds on it.
 """
 
 from __future__ import annotations
@@ -46,24 +50,6 @@ def portable(properties: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, 
         public["uri"] = _USERINFO.sub(r"\1@", uri)
         removed.append(URI_PASSWORD)
     return public, tuple(sorted(removed))
-
-
-def restored(
-    public: Mapping[str, str], removed: tuple[str, ...], same: Callable[[Mapping[str, str]], bool]
-) -> tuple[dict[str, str], tuple[str, ...]]:
-    """In the process that unpickled `public`: this process's own catalog properties when `same(them)`, else
-    `public` as it is; with the names of the secrets still missing (none when nothing was removed)."""
-    if not removed:
-        return dict(public), ()
-    from iceberg_catalog.catalog import CatalogConfig
-
-    try:
-        local = CatalogConfig.resolve()
-    except (OSError, ValueError):
-        local = None
-    if local is not None and same(local.properties):
-        return dict(local.properties), ()
-    return dict(public), removed
 
 
 def same_catalog(public: Mapping[str, str]) -> Callable[[Mapping[str, str]], bool]:

@@ -17,7 +17,7 @@ from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import FileScanTask, Table
 
-from iceberg_catalog.catalog import CatalogConfig, open_catalog, redact_uri
+from iceberg_catalog.catalog import CatalogConfig
 from iceberg_catalog.commit import (
     CommitResult,
     PartitionWriter,
@@ -28,8 +28,9 @@ from iceberg_catalog.commit import (
     table_commit_lock,
     task_output,
 )
-from iceberg_catalog.metadata_files import local_path
+from iceberg_catalog.credentials import redact_uri
 from iceberg_catalog.schemas import TABLES, TableDef
+from iceberg_catalog.tables import check_location, open_catalog
 
 
 @dataclass(frozen=True)
@@ -212,25 +213,6 @@ class Lakehouse:
             catalog_fingerprint=self.lock_key,
         )
         return {t: done[t.identifier] for t in partitions}
-
-
-class ForeignTableLocation(RuntimeError):
-    """A table's files lie outside the configured warehouse: writing would change another lakehouse."""
-
-
-def check_location(t: TableDef, location: str, warehouse: str) -> None:
-    """Refuse a local table whose location is not under a local warehouse. Iceberg metadata holds absolute
-    paths, so a copied lakehouse (`cp -a .tokenlake elsewhere`) still points at the original's files: writing
-    through the copy would rewrite the original."""
-    root, path = local_path(warehouse), local_path(location)
-    if root is None or path is None or path == root or path.startswith(root + "/"):
-        return
-    raise ForeignTableLocation(
-        f"table {t.identifier} lives at {path!r}, outside this lakehouse's warehouse {root!r}: its metadata "
-        f"belongs to another lakehouse (a copied TOKENLAKE_HOME keeps the original's absolute paths), and "
-        f"writing here would change that one. Point TOKENLAKE_HOME at the original, or start an empty "
-        f"TOKENLAKE_HOME and re-materialise; nothing was read or written"
-    )
 
 
 def _identifier(t: TableDef) -> str:

@@ -28,7 +28,6 @@ import gzip
 import io
 import logging
 import os
-import random
 import time
 import uuid
 import zlib
@@ -62,7 +61,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
 
-from iceberg_catalog.commit import table_commit_lock
+from iceberg_catalog.commit import back_off, table_commit_lock
 from iceberg_catalog.transaction import transaction
 
 log = logging.getLogger(__name__)
@@ -95,15 +94,8 @@ def _locked(table: Table, catalog_fingerprint: str, action: Callable[[Table], T]
                 table.refresh()
                 return action(table)
         except CommitFailedException as exc:
-            if attempts >= max_attempts:
-                raise CommitFailedException(
-                    f"gave up on maintenance of {table_identifier(table)} after {attempts} attempts: {exc}"
-                ) from exc
-            delay = min(10.0, 0.1 * 2**attempts) * (0.5 + random.random())
-            log.warning(
-                "commit conflict on %s (attempt %d), retrying in %.1fs", table_identifier(table), attempts, delay
-            )
-            time.sleep(delay)
+            identifier = table_identifier(table)
+            back_off(exc, attempts, max_attempts, f"on maintenance of {identifier}", identifier, base_s=0.1, cap_s=10.0)
 
 
 def _as_expression(row_filter: str | BooleanExpression) -> BooleanExpression:

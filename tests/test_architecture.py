@@ -119,3 +119,110 @@ def test_folder_group_namespace_and_pool_agree():
         erasure = (node.metadata or {}).get("tokenlake/erasure")
         for entry in (erasure or {}).get("tables", []):
             assert TABLES[entry["table"]].namespace == state, (key, entry["table"])
+
+
+# --- imports point one way --------------------------------------------------------------------------------
+
+GRAPH_PACKAGES = ("assets", "resources", "orchestration", "loader", "iceberg_catalog")
+# states whose import cycle is being removed on another branch (issue 37, item 1): delete the name once it lands
+STATES_UNDER_REPAIR = ("governance",)
+CHECKED_STATES = tuple(s for s in STATES if s not in STATES_UNDER_REPAIR)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The project modules `path` imports anywhere in its AST: at module level, in functions, under
+    TYPE_CHECKING (`from package import module` names the module, `from module import name` the module)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, `level - 1` packages up
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return found & modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module under GRAPH_PACKAGES -> the project modules it imports (itself excepted)."""
+    paths = {module_name(p): p for p in python_files(*GRAPH_PACKAGES)}
+    return {m: imported_modules(p, set(paths)) - {m} for m, p in paths.items()}
+
+
+def collapsed(graph: dict[str, set[str]], node_of) -> dict[str, set[str]]:
+    """The graph with each module replaced by `node_of(module)` (None drops it), edges inside a node dropped."""
+    out: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        if (a := node_of(m)) is not None:
+            out.setdefault(a, set()).update(b for t in targets if (b := node_of(t)) not in (None, a))
+    return out
+
+
+def cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """The shortest import path from `start` back to itself (breadth first), or None."""
+    parent = {t: start for t in sorted(graph.get(start, ()))}
+    queue = list(parent)
+    while queue:
+        node = queue.pop(0)
+        if node == start:
+            path = [start]
+            while (node := parent[node]) != start:
+                path.append(node)
+            return [start, *reversed(path[1:]), start]
+        for t in sorted(graph.get(node, ())):
+            if t not in parent:
+                parent[t] = node
+                queue.append(t)
+    return None
+
+
+def cycles(graph: dict[str, set[str]], starts) -> list[str]:
+    """One cycle per start node that lies on one, as `a -> b -> a` (each cycle once)."""
+    found = {}
+    for s in starts:
+        if (c := cycle_through(graph, s)) is not None:
+            found.setdefault(frozenset(c), " -> ".join(c))
+    return sorted(found.values())
+
+
+def state_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "assets" and len(parts) > 1 and parts[1] in STATES else None
+
+
+def test_no_defs_module_imports_another_states_defs():
+    graph = import_graph()
+    crossing = sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if state_of(m) in CHECKED_STATES and m.endswith(".defs")
+        for t in targets
+        if t.endswith(".defs") and state_of(t) not in (None, state_of(m))
+    )
+    assert not crossing, f"a defs module names another state's asset keys by importing it (use table_key): {crossing}"
+
+
+def test_the_import_graph_has_no_cycle_in_iceberg_catalog():
+    graph = import_graph()
+    assert len(graph) > 100, "the scan found too few modules"
+    inside = collapsed(graph, lambda m: m if m.split(".")[0] == "iceberg_catalog" else None)
+    found = cycles(inside, inside)
+    assert not found, f"import cycles in iceberg_catalog (function-level imports count): {found}"
+
+
+def test_the_import_graph_has_no_cycle_between_states():
+    def node_of(module: str) -> str | None:
+        state = state_of(module)
+        return module if state is None else None if state in STATES_UNDER_REPAIR else f"assets.{state}"
+
+    graph = collapsed(import_graph(), node_of)
+    found = cycles(graph, [f"assets.{s}" for s in CHECKED_STATES])
+    assert not found, f"import cycles between state packages (function-level imports count): {found}"

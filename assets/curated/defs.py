@@ -10,15 +10,14 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets import shell
 from assets.curated import curate, domain, models
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import CurateParams
 from assets.governance.policies import governed_params, policy_stamp
 from assets.partitions import crawl_segments
 from assets.plots import histogram_markdown
-from assets.raw.defs import WARC_RECORDS
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
-from iceberg_catalog.erasure import erasure
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
     CURATED_EXACT_DUPLICATES,
@@ -28,10 +27,11 @@ from iceberg_catalog.schemas import (
 from resources import IcebergCatalogResource, LanguageModelResource, parse_partition_key, reference_lm_path
 from resources.executor import TaskExecutorResource
 
+LANGID_VALIDATION = table_key(CURATED_LANGID_VALIDATION)
+DOCUMENTS = table_key(CURATED_DOCUMENTS)
+EXACT_DUPLICATES = table_key(CURATED_EXACT_DUPLICATES)
+# assets that write no table (model files, a validation shown as metadata): keys of their own
 REFERENCE_LM = dg.AssetKey(["curated", "reference_lm"])
-LANGID_VALIDATION = dg.AssetKey(["curated", "langid_validation"])
-DOCUMENTS = dg.AssetKey(["curated", "documents"])
-EXACT_DUPLICATES = dg.AssetKey(["curated", "exact_duplicates"])
 DOMAIN_MODEL = dg.AssetKey(["curated", "domain_model"])
 DOMAIN_VALIDATION = dg.AssetKey(["curated", "domain_validation"])
 
@@ -74,14 +74,7 @@ def reference_lm(context: dg.AssetExecutionContext, config: ReferenceLMConfig) -
 # ---- language-ID validation -------------------------------------------------------------------------------
 
 
-@dg.asset(
-    key=LANGID_VALIDATION,
-    group_name="curated",
-    code_version="langid-validation-1",
-    kinds={"iceberg"},
-    pool="iceberg_curated",
-    metadata={"iceberg_table": CURATED_LANGID_VALIDATION.identifier},
-)
+@dg.asset(**shell.table_asset(CURATED_LANGID_VALIDATION), code_version="langid-validation-1")
 def langid_validation_asset(
     context: dg.AssetExecutionContext, config: LangidValidationConfig, catalog: IcebergCatalogResource
 ) -> dg.MaterializeResult:
@@ -106,7 +99,7 @@ def validation_metadata(rows: list[dict], sentences: int, params: models.LangidV
         "languages": len(rows) - 1,
         "sentences": sentences,
         "languages_under_min_precision": ", ".join(weak) or "none",
-        "iceberg_snapshot_id": str(commit.snapshot_id),
+        **shell.commit_metadata(commit),
         "per_language": md_table(
             ["language", "n", "precision", "recall", "f1", "unknown share"],
             [
@@ -261,17 +254,10 @@ def domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, para
 
 
 @dg.asset(
-    key=DOCUMENTS,
-    metadata={
-        "iceberg_table": CURATED_DOCUMENTS.identifier,
-        **erasure((CURATED_DOCUMENTS, ["doc_id", "record_id", "deletion_key"])),
-    },
-    deps=[WARC_RECORDS, REFERENCE_LM, DOMAIN_MODEL],
+    **shell.table_asset(CURATED_DOCUMENTS, ["doc_id", "record_id", "deletion_key"]),
+    deps=[table_key(RAW_WARC_RECORDS), REFERENCE_LM, DOMAIN_MODEL],
     partitions_def=crawl_segments,
-    group_name="curated",
     code_version="curated-2",
-    kinds={"iceberg"},
-    pool="iceberg_curated",
     automation_condition=dg.AutomationCondition.eager(),
 )
 def curated_documents(
@@ -321,8 +307,7 @@ def documents_metadata(
         "kept": stats.kept,
         "responses_read": stats.responses,
         "html_documents": stats.html,
-        "iceberg_snapshot_id": str(commit.snapshot_id),
-        "upstream_snapshot_ids": dg.MetadataValue.json(upstream),
+        **shell.commit_metadata(commit, upstream),
         "tasks": tasks,
         "data_files": commit.files,
         "seconds": round(seconds, 2),
@@ -349,13 +334,9 @@ def _rules_rows(stats: curate.PartitionStats) -> list[tuple[str, int, int]]:
 
 
 @dg.asset(
-    key=EXACT_DUPLICATES,
-    metadata={"iceberg_table": CURATED_EXACT_DUPLICATES.identifier, **erasure((CURATED_EXACT_DUPLICATES, ["doc_id"]))},
+    **shell.table_asset(CURATED_EXACT_DUPLICATES, ["doc_id"]),
     deps=[DOCUMENTS],
-    group_name="curated",
     code_version="exact-dedup-1",
-    kinds={"iceberg"},
-    pool="iceberg_curated",
     automation_condition=dg.AutomationCondition.eager(),
 )
 def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogResource) -> dg.MaterializeResult:
@@ -375,8 +356,7 @@ def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogR
             "dagster/row_count": n_dup,
             "kept_before_dedup": found.kept,
             "kept_after_dedup": found.kept - n_dup,
-            "iceberg_snapshot_id": str(commit.snapshot_id),
-            "upstream_snapshot_ids": dg.MetadataValue.json(upstream),
+            **shell.commit_metadata(commit, upstream),
             "funnel_all_partitions": md_table(["decision", "documents"], found.funnel()),
         }
     )

@@ -8,11 +8,10 @@ import time
 
 import dagster as dg
 
-from assets.curated.defs import DOCUMENTS
+from assets import shell
 from assets.dedup import near, signatures
 from assets.partitions import crawl_segments
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
-from iceberg_catalog.erasure import erasure
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
     DEDUP_MINHASH_BANDS,
@@ -22,9 +21,9 @@ from iceberg_catalog.schemas import (
 from resources import IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-MINHASH_BANDS = dg.AssetKey(["dedup", "minhash_bands"])
-MINHASH_SIGNATURES = dg.AssetKey(["dedup", "minhash_signatures"])
-NEAR_DUPLICATES = dg.AssetKey(["dedup", "near_duplicates"])
+MINHASH_BANDS = table_key(DEDUP_MINHASH_BANDS)
+MINHASH_SIGNATURES = table_key(DEDUP_MINHASH_SIGNATURES)
+NEAR_DUPLICATES = table_key(DEDUP_NEAR_DUPLICATES)
 MINHASH_VERSION = "minhash-2"
 MinHashConfig = config_from(signatures.SignatureParams, "MinHashConfig")
 NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig")
@@ -33,27 +32,20 @@ NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig
 @dg.multi_asset(
     name="dedup_minhash",
     specs=[
-        dg.AssetSpec(
-            MINHASH_BANDS,
-            deps=[DOCUMENTS],
+        shell.table_spec(
+            DEDUP_MINHASH_BANDS,
+            ["doc_id"],
+            deps=[table_key(CURATED_DOCUMENTS)],
             code_version=MINHASH_VERSION,
-            kinds={"iceberg"},
-            group_name="dedup",
             description="LSH band hashes of every kept document (dedup.minhash_bands): one row per "
             "(document, band), one row group per band per batch.",
-            metadata={"iceberg_table": DEDUP_MINHASH_BANDS.identifier, **erasure((DEDUP_MINHASH_BANDS, ["doc_id"]))},
         ),
-        dg.AssetSpec(
-            MINHASH_SIGNATURES,
-            deps=[DOCUMENTS],
+        shell.table_spec(
+            DEDUP_MINHASH_SIGNATURES,
+            ["doc_id"],
+            deps=[table_key(CURATED_DOCUMENTS)],
             code_version=MINHASH_VERSION,
-            kinds={"iceberg"},
-            group_name="dedup",
             description="MinHash signatures, read to verify candidate pairs (dedup.minhash_signatures).",
-            metadata={
-                "iceberg_table": DEDUP_MINHASH_SIGNATURES.identifier,
-                **erasure((DEDUP_MINHASH_SIGNATURES, ["doc_id"])),
-            },
         ),
     ],
     partitions_def=crawl_segments,
@@ -83,7 +75,7 @@ def dedup_minhash(
     bands = minhash_metadata(signatures.totals(results), commits[DEDUP_MINHASH_BANDS], len(tasks), seconds)
     yield dg.MaterializeResult(asset_key=MINHASH_BANDS, metadata=bands)
     sigs = commits[DEDUP_MINHASH_SIGNATURES]
-    sig_meta = {"dagster/row_count": sigs.rows, "iceberg_snapshot_id": str(sigs.snapshot_id)}
+    sig_meta = {"dagster/row_count": sigs.rows, **shell.commit_metadata(sigs)}
     yield dg.MaterializeResult(asset_key=MINHASH_SIGNATURES, metadata=sig_meta)
 
 
@@ -93,7 +85,7 @@ def minhash_metadata(totals: dict, commit, tasks: int, seconds: float) -> dict:
         "dagster/row_count": commit.rows,
         "documents": totals["documents"],
         "documents_without_shingles": totals["documents_without_shingles"],
-        "iceberg_snapshot_id": str(commit.snapshot_id),
+        **shell.commit_metadata(commit),
         "tasks": tasks,
         "signatures_per_second": round(totals["documents"] / max(seconds, 1e-9), 1),
         "seconds": round(seconds, 2),
@@ -101,13 +93,9 @@ def minhash_metadata(totals: dict, commit, tasks: int, seconds: float) -> dict:
 
 
 @dg.asset(
-    key=NEAR_DUPLICATES,
-    metadata={"iceberg_table": DEDUP_NEAR_DUPLICATES.identifier, **erasure((DEDUP_NEAR_DUPLICATES, ["doc_id"]))},
+    **shell.table_asset(DEDUP_NEAR_DUPLICATES, ["doc_id"]),
     deps=[MINHASH_BANDS, MINHASH_SIGNATURES],
-    group_name="dedup",
     code_version="near-dedup-1",
-    kinds={"iceberg"},
-    pool="iceberg_dedup",
     automation_condition=dg.AutomationCondition.eager(),
 )
 def near_duplicates(
@@ -139,8 +127,7 @@ def near_metadata(stats: dict, commit, upstream: dict, seconds: float) -> dict:
         "dagster/row_count": commit.rows,
         **{k: stats[k] for k in counts},
         "seconds": round(seconds, 2),
-        "iceberg_snapshot_id": str(commit.snapshot_id),
-        "upstream_snapshot_ids": dg.MetadataValue.json(dict(upstream)),
+        **shell.commit_metadata(commit, upstream),
         "near_duplicates_by_crawl": md_table(
             ["crawl", "near duplicates"], sorted(stats["near_duplicates_by_crawl"].items())
         ),

@@ -7,11 +7,11 @@ import time
 
 import dagster as dg
 
+from assets import shell
 from assets.partitions import benchmarks, dimension_dep, quarantine_partitions
 from assets.quarantine import decontaminate, registry
 from assets.quarantine.benchmarks import BenchmarkSource, find_source, read_benchmark
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
-from iceberg_catalog.erasure import erasure
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES
 from resources import EvalBenchmarksResource, IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
@@ -34,15 +34,7 @@ def benchmark_items(name: str, configured: EvalBenchmarksResource, lakehouse) ->
     return read_benchmark(source), {"source": str(source.path), "format": source.format}
 
 
-@dg.asset(
-    key=EVAL_ITEMS,
-    partitions_def=benchmarks,
-    group_name="quarantine",
-    code_version="eval-items-1",
-    kinds={"iceberg"},
-    pool="iceberg_quarantine",
-    metadata={"iceberg_table": QUARANTINE_EVAL_ITEMS.identifier},
-)
+@dg.asset(**shell.table_asset(QUARANTINE_EVAL_ITEMS), partitions_def=benchmarks, code_version="eval-items-1")
 def eval_items(
     context: dg.AssetExecutionContext, catalog: IcebergCatalogResource, benchmarks: EvalBenchmarksResource
 ) -> dg.MaterializeResult:
@@ -57,23 +49,16 @@ def eval_items(
         metadata={
             "dagster/row_count": len(items),
             **source,
-            "iceberg_snapshot_id": str(commit.snapshot_id),
+            **shell.commit_metadata(commit),
         }
     )
 
 
 @dg.asset(
-    key=MATCHES,
-    metadata={
-        "iceberg_table": QUARANTINE_MATCHES.identifier,
-        **erasure((QUARANTINE_MATCHES, ["doc_id", "deletion_key"])),
-    },
+    **shell.table_asset(QUARANTINE_MATCHES, ["doc_id", "deletion_key"]),
     partitions_def=quarantine_partitions,
     deps=[dimension_dep(EVAL_ITEMS, "benchmark"), dimension_dep(table_key(CURATED_DOCUMENTS), "segment")],
-    group_name="quarantine",
     code_version="matches-3",
-    kinds={"iceberg"},
-    pool="iceberg_quarantine",
 )
 def matches(
     context: dg.AssetExecutionContext,
@@ -120,8 +105,7 @@ def matches_metadata(s: decontaminate.Screening, items: int, tasks: int, seconds
         "index_bytes": s.index_bytes,
         "index_build_seconds": round(s.index_build_seconds, 2),
         "documents_per_second": round(s.documents_checked / max(seconds - s.index_build_seconds, 1e-9), 1),
-        "iceberg_snapshot_id": str(commit.snapshot_id),
-        "upstream_snapshot_ids": dg.MetadataValue.json(pins),
+        **shell.commit_metadata(commit, pins),
         "matches": md_table(
             ["doc_id", "item_id", "kind", "score", "span"],
             [(d, i, k, f"{score:.2f}", f"{a}-{b}") for d, i, k, score, a, b in s.sample],

@@ -9,16 +9,16 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from assets import shell
 from assets.partitions import crawl_segments
 from assets.raw import ingest
-from assets.shell import config_from, md_table, params_from, provenance, run_tasks
-from iceberg_catalog.erasure import erasure
+from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
 from resources import CrawlSource, IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-WARC_RECORDS = dg.AssetKey(["raw", "warc_records"])
-REJECTED_RECORDS = dg.AssetKey(["raw", "rejected_records"])
+WARC_RECORDS = table_key(RAW_WARC_RECORDS)
+REJECTED_RECORDS = table_key(RAW_REJECTED_RECORDS)
 ASSET_KEYS = (WARC_RECORDS, REJECTED_RECORDS)  # in the order of ingest.TABLES
 CODE_VERSION = "raw-1"
 RawIngestConfig = config_from(ingest.IngestParams, "RawIngestConfig")
@@ -27,29 +27,19 @@ RawIngestConfig = config_from(ingest.IngestParams, "RawIngestConfig")
 @dg.multi_asset(
     name="raw_warc_ingest",
     specs=[
-        dg.AssetSpec(
-            WARC_RECORDS,
+        shell.table_spec(
+            RAW_WARC_RECORDS,
+            ["record_id", "deletion_key"],
             code_version=CODE_VERSION,
-            kinds={"iceberg"},
-            group_name="raw",
             description="One row per WARC `response` record: payload bytes, origin, collection time, "
             "licence basis, deletion key. Iceberg table raw.warc_records.",
-            metadata={
-                "iceberg_table": RAW_WARC_RECORDS.identifier,
-                **erasure((RAW_WARC_RECORDS, ["record_id", "deletion_key"])),
-            },
         ),
-        dg.AssetSpec(
-            REJECTED_RECORDS,
+        shell.table_spec(
+            RAW_REJECTED_RECORDS,
+            ["record_id", "deletion_key"],
             code_version=CODE_VERSION,
-            kinds={"iceberg"},
-            group_name="raw",
             description="Everything in the WARC files that could not be read, with file, offset and "
             "reason. Iceberg table raw.rejected_records.",
-            metadata={
-                "iceberg_table": RAW_REJECTED_RECORDS.identifier,
-                **erasure((RAW_REJECTED_RECORDS, ["record_id", "deletion_key"])),
-            },
         ),
     ],
     partitions_def=crawl_segments,
@@ -94,7 +84,7 @@ def rejects_metadata(stats: ingest.SegmentStats, commit) -> dict:
     """Rejects per reason of one segment."""
     return {
         "dagster/row_count": sum(stats.rejects.values()),
-        "iceberg_snapshot_id": str(commit.snapshot_id),
+        **shell.commit_metadata(commit),
         "rejects_by_reason": md_table(["reason", "count"], sorted(stats.rejects.items())),
     }
 
@@ -114,7 +104,7 @@ def ingest_metadata(stats: ingest.SegmentStats, commit, tasks: int, seconds: flo
     seconds = max(seconds, 1e-9)
     return {
         "dagster/row_count": stats.rows,
-        "iceberg_snapshot_id": str(commit.snapshot_id),
+        **shell.commit_metadata(commit),
         "iceberg_commit_attempts": commit.attempts,  # > 1: a concurrent commit won first and this one was retried
         "data_files": commit.files,
         "tasks": tasks,

@@ -10,21 +10,28 @@ from typing import Any, Optional
 import dagster as dg
 import pydantic
 
-from assets.curated.defs import DOCUMENTS, EXACT_DUPLICATES
-from assets.dedup.defs import NEAR_DUPLICATES
 from assets.governance import policies
 from assets.plots import paired_bars_markdown
-from assets.quarantine.defs import EVAL_ITEMS, MATCHES
 from assets.run_view import store
 from assets.run_view.mixture import Component
-from assets.shell import md_table, provenance
-from assets.tokenized.defs import TOKENIZED_DOCUMENTS, TOKENIZERS
+from assets.shell import md_table, provenance, table_key
 from iceberg_catalog import Lakehouse, Provenance, config_hash
+from iceberg_catalog import schemas as T
 from iceberg_catalog.erasure import erasure
-from iceberg_catalog.schemas import RUN_VIEW_MANIFESTS, RUN_VIEW_SAMPLES
 from resources import IcebergCatalogResource
 
-CANDIDATE = dg.AssetKey(["run_view", "candidate"])
+CANDIDATE = dg.AssetKey(["run_view", "candidate"])  # writes two tables: a key of its own
+# the tables a candidate reads whose writers it depends on (store.INPUT_TABLES; quarantine.screenings is written
+# by the quarantine/matches asset)
+UPSTREAM = (
+    T.TOKENIZED_DOCUMENTS,
+    T.TOKENIZED_TOKENIZERS,
+    T.CURATED_DOCUMENTS,
+    T.CURATED_EXACT_DUPLICATES,
+    T.DEDUP_NEAR_DUPLICATES,
+    T.QUARANTINE_EVAL_ITEMS,
+    T.QUARANTINE_MATCHES,
+)
 CODE_VERSION = "run-view-2"
 GATE_CODE_VERSION = "publish-1"
 
@@ -115,10 +122,10 @@ def rebuild_spec(
 @dg.asset(
     key=CANDIDATE,
     metadata={
-        "iceberg_tables": [RUN_VIEW_SAMPLES.identifier, RUN_VIEW_MANIFESTS.identifier],
-        **erasure((RUN_VIEW_SAMPLES, ["doc_id", "record_id", "deletion_key"]), run_views=True),
+        "iceberg_tables": [T.RUN_VIEW_SAMPLES.identifier, T.RUN_VIEW_MANIFESTS.identifier],
+        **erasure((T.RUN_VIEW_SAMPLES, ["doc_id", "record_id", "deletion_key"]), run_views=True),
     },
-    deps=[TOKENIZED_DOCUMENTS, TOKENIZERS, DOCUMENTS, EXACT_DUPLICATES, NEAR_DUPLICATES, EVAL_ITEMS, MATCHES],
+    deps=[table_key(t) for t in UPSTREAM],
     group_name="run_view",
     code_version=CODE_VERSION,
     kinds={"iceberg"},
@@ -224,7 +231,7 @@ def _candidate_under_check(context: dg.AssetCheckExecutionContext, lakehouse: La
     rv_id = event.asset_materialization.metadata["run_view_id"].value
     row = store.load_manifest(lakehouse, rv_id)
     if row is None:
-        raise dg.Failure(f"run view {rv_id} from the latest materialisation is not in {RUN_VIEW_MANIFESTS}")
+        raise dg.Failure(f"run view {rv_id} from the latest materialisation is not in {T.RUN_VIEW_MANIFESTS}")
     return rv_id, row
 
 

@@ -7,12 +7,12 @@ import time
 
 import dagster as dg
 
+from assets import shell
 from assets.partitions import dimension_dep, tokenized_partitions, tokenizers
 from assets.shell import config_from, params_from, provenance, run_tasks, table_key
 from assets.tokenized import tokenize
 from assets.tokenized.tokens import load_tokenizer, tokenizer_row
 from iceberg_catalog import schemas as T
-from iceberg_catalog.erasure import erasure
 from resources import IcebergCatalogResource, TokenizerResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
@@ -21,15 +21,7 @@ TOKENIZED_DOCUMENTS = table_key(T.TOKENIZED_DOCUMENTS)
 TokenizeConfig = config_from(tokenize.TokenizeParams, "TokenizeConfig")
 
 
-@dg.asset(
-    key=TOKENIZERS,
-    partitions_def=tokenizers,
-    group_name="tokenized",
-    code_version="tokenizers-1",
-    kinds={"iceberg"},
-    pool="iceberg_tokenized",
-    metadata={"iceberg_table": T.TOKENIZED_TOKENIZERS.identifier},
-)
+@dg.asset(**shell.table_asset(T.TOKENIZED_TOKENIZERS), partitions_def=tokenizers, code_version="tokenizers-1")
 def tokenizers_asset(
     context: dg.AssetExecutionContext, catalog: IcebergCatalogResource, tokenizer: TokenizerResource
 ) -> dg.MaterializeResult:
@@ -47,17 +39,13 @@ def tokenizers_asset(
             "vocab_size": info.vocab_size,
             "eos_id": info.eos_id,
             "token_dtype": info.token_dtype,
-            "iceberg_snapshot_id": str(commit.snapshot_id),
+            **shell.commit_metadata(commit),
         }
     )
 
 
 @dg.asset(
-    key=TOKENIZED_DOCUMENTS,
-    metadata={
-        "iceberg_table": T.TOKENIZED_DOCUMENTS.identifier,
-        **erasure((T.TOKENIZED_DOCUMENTS, ["doc_id", "record_id", "deletion_key"])),
-    },
+    **shell.table_asset(T.TOKENIZED_DOCUMENTS, ["doc_id", "record_id", "deletion_key"]),
     partitions_def=tokenized_partitions,
     deps=[
         dimension_dep(table_key(T.CURATED_DOCUMENTS), "segment"),
@@ -65,10 +53,7 @@ def tokenizers_asset(
         table_key(T.CURATED_EXACT_DUPLICATES),
         table_key(T.DEDUP_NEAR_DUPLICATES),
     ],
-    group_name="tokenized",
     code_version="tokenized-2",
-    kinds={"iceberg"},
-    pool="iceberg_tokenized",
 )
 def tokenized_documents(
     context: dg.AssetExecutionContext,
@@ -115,8 +100,7 @@ def documents_metadata(tokenizer_id: str, total: dict, tasks: int, seconds: floa
         "tasks": tasks,
         "tokens_per_second": round(total["tokens"] / max(seconds, 1e-9), 1),
         "seconds": round(seconds, 2),
-        "iceberg_snapshot_id": str(commit.snapshot_id),
-        "upstream_snapshot_ids": dg.MetadataValue.json(pins),
+        **shell.commit_metadata(commit, pins),
     }
 
 

@@ -129,15 +129,15 @@ def test_a_table_from_an_older_declaration_gets_the_appended_columns(tokenlake_h
 
 
 def test_only_the_first_open_race_of_a_sql_catalog_is_retried():
-    from iceberg_catalog.catalog import _lost_create_race
+    from iceberg_catalog.catalog import lost_create_race
 
     class IntegrityError(Exception):
         pass
 
     dup = 'duplicate key value violates unique constraint "pg_type_typname_nsp_index"'
-    assert _lost_create_race(IntegrityError(dup))
-    assert not _lost_create_race(IntegrityError("null value in column violates not-null constraint"))
-    assert not _lost_create_race(ValueError(dup))
+    assert lost_create_race(IntegrityError(dup))
+    assert not lost_create_race(IntegrityError("null value in column violates not-null constraint"))
+    assert not lost_create_race(ValueError(dup))
 
 
 def test_release_closes_the_catalogs_pooled_connections_and_it_still_works(tokenlake_home):

@@ -11,8 +11,8 @@ import pytest
 from test_commit import prov, rejects
 
 from iceberg_catalog import CatalogConfig, Lakehouse
-from iceberg_catalog.lakehouse import ForeignTableLocation, check_location
 from iceberg_catalog.schemas import RAW_REJECTED_RECORDS
+from iceberg_catalog.tables import ForeignTableLocation, check_location
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
