@@ -332,11 +332,11 @@ def loader_round(
 # where the in-process loader's CPU goes: (label, module, class or None, function), each timed exclusive of the
 # timed ones it calls
 BREAKDOWN = (
-    ("row-group read, decode, row-group sha256", "loader.view", "RowGroupSource", "row_group_entry"),
-    ("per-document checks", "loader.view", "RowGroupSource", "check"),
-    ("window gather (documents in serving order)", "loader.view", "RowGroupSource", "read_stream"),
-    ("packing (five int64 arrays, cu_seqlens, pieces)", "loader.dataset", None, "pack_batch"),
-    ("tensors and audit spans", "loader.dataset", "BatchPlan", "_collate"),
+    ("row-group read, decode, row-group sha256", "loader.sources", "RowGroupSource", "row_group_entry"),
+    ("per-document checks", "loader.sources", "RowGroupSource", "check"),
+    ("window gather (documents in serving order)", "loader.sources", "RowGroupSource", "read_stream"),
+    ("packing (five int64 arrays, cu_seqlens, pieces)", "loader.plan", None, "pack_batch"),
+    ("tensors and audit spans", "loader.plan", "BatchPlan", "_collate"),
 )
 
 

@@ -16,6 +16,8 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +45,88 @@ def canonical_json(manifest: Mapping[str, object]) -> str:
 
 def manifest_sha256(manifest: Mapping[str, object]) -> str:
     return hashlib.sha256(canonical_json(manifest).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A run view manifest, read-only: the parts the pipeline and the loader read, typed, plus its canonical JSON.
+
+    `text` is `canonical_json` of the dict it was built from and `to_dict()` parses it back, so the bytes that
+    are stored and hashed never come from the typed fields (they cannot drift from what was hashed). Two
+    manifests are equal when their hashes are. Parts a manifest may lack (a view built before they existed,
+    an in-memory view) are None or empty.
+    """
+
+    name: str | None
+    tokenizer_id: str
+    tokenizer_name: str | None
+    token_dtype: str  # "uint16" when the tokenizer does not record one
+    inputs: Mapping[str, int | None]  # table identifier -> pinned snapshot id
+    seed: int
+    epochs: int | None  # None: unbounded
+    packing: Mapping[str, object]  # seq_len, eos_id, cross_document_attention
+    n_samples: int
+    n_tokens: int
+    samples_sha256: str  # `samples_digest` of the samples
+    mixture: Mapping[str, object] | None
+    realised: tuple[Mapping[str, object], ...]
+    quarantine: Mapping[str, object] | None
+    split: Mapping[str, object] | None  # present only for a view that selects a split
+    text: str = field(repr=False)  # canonical_json of the manifest: the bytes stored and hashed
+    sha256: str  # manifest_sha256 of the manifest: its run view id is <name>-<first 12 hex digits>
+
+    # what a manifest must hold to be read at all (the loader refuses one without them, naming the key)
+    REQUIRED = ("tokenizer", "seed", "packing", "samples", "inputs")
+
+    @classmethod
+    def from_dict(cls, manifest: Mapping[str, object]) -> Manifest:
+        """The typed manifest of a manifest dict; ValueError names a missing top-level key."""
+        for key in cls.REQUIRED:
+            if key not in manifest:
+                raise ValueError(f"manifest has no {key!r} (format {manifest.get('format')!r})")
+        text = canonical_json(manifest)
+        m = json.loads(text)  # a private copy: the read-only views below share nothing with the caller
+        tokenizer, samples = m["tokenizer"], m["samples"]
+        frozen = MappingProxyType
+        return cls(
+            name=m.get("name"),
+            tokenizer_id=tokenizer["tokenizer_id"],
+            tokenizer_name=tokenizer.get("name"),
+            token_dtype=tokenizer.get("token_dtype", "uint16"),
+            inputs=frozen(m["inputs"]),
+            seed=m["seed"],
+            epochs=(m.get("epoch_policy") or {}).get("epochs"),
+            packing=frozen(m["packing"]),
+            n_samples=samples["n_samples"],
+            n_tokens=samples["n_tokens"],
+            samples_sha256=samples["sha256"],
+            mixture=None if m.get("mixture") is None else frozen(m["mixture"]),
+            realised=tuple(frozen(r) for r in m.get("realised") or ()),
+            quarantine=None if m.get("quarantine") is None else frozen(m["quarantine"]),
+            split=None if m.get("split") is None else frozen(m["split"]),
+            text=text,
+            sha256=hashlib.sha256(text.encode()).hexdigest(),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        """The typed manifest of stored manifest JSON (its hash is checked by the reader, against the row)."""
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def of(cls, manifest: Manifest | Mapping[str, object]) -> Manifest:
+        """`manifest` as is, or built from a dict (what callers holding a manifests row pass)."""
+        return manifest if isinstance(manifest, Manifest) else cls.from_dict(manifest)
+
+    def to_dict(self) -> dict:
+        """The manifest as a new dict: `canonical_json` of it is `text`, byte for byte."""
+        return json.loads(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Manifest) and other.sha256 == self.sha256
+
+    def __hash__(self) -> int:
+        return hash(self.sha256)
 
 
 def check_name(name: str) -> str:

@@ -8,22 +8,18 @@ Imports no Dagster: training code does `import loader` with only torch, pyarrow 
     loader.dcp.load(state, "ckpt/")                              # any world size dividing 512
     for batch in data: ...; loader.dcp.save(state, "ckpt/", batch["step"] + 1)
 
-Modules: view (open / export a run view), order (global order and step arithmetic), packing (vectorised
-batch packing), dataset (BatchPlan, RunViewDataset, RunViewLoader, state, metrics), storage (row-group reads:
-S3, retries, node-local cache, read-ahead), dcp (torch distributed checkpoint), audit (reconstruct_batch,
+Modules: view (open a run view), catalog (read and check a published view in the lakehouse), bundles (export /
+open a bundle), sources (verified token reads), order (global order and step arithmetic), packing (vectorised
+batch packing), plan (BatchPlan: the pure step and window arithmetic), read_ahead (segment reads and the read-ahead
+thread), state (the cursor and its fingerprint checks), dataset (RunViewDataset, RunViewLoader), storage (row-group
+reads: S3, retries, node-local cache, read-ahead), dcp (torch distributed checkpoint), audit (reconstruct_batch,
 steps_serving), metrics, errors.
 """
 
 from loader import dcp
 from loader.audit import ServedSpan, audit_record, batch_digest, reconstruct_batch, steps_serving
-from loader.dataset import (
-    STATE_VERSION,
-    BatchPlan,
-    RunViewDataset,
-    RunViewLoader,
-    check_state,
-    make_state,
-)
+from loader.bundles import export_run_view
+from loader.dataset import RunViewDataset, RunViewLoader
 from loader.errors import (
     BadWorldSize,
     ChecksumMismatch,
@@ -48,8 +44,10 @@ from loader.errors import (
 )
 from loader.order import ORDER_VERSION, Schedule, epoch_order
 from loader.packing import IGNORE_INDEX, PackedSequence, pack_documents, pack_sequence, unpack
+from loader.plan import BatchPlan
+from loader.state import STATE_VERSION, check_state, make_state
 from loader.storage import StorageConfig, StorageError
-from loader.view import RunView, export_run_view, in_memory_view, open_run_view
+from loader.view import RunView, in_memory_view, open_run_view
 
 __all__ = [
     "IGNORE_INDEX",

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from loader.dataset import BatchPlan
+from loader.plan import BatchPlan
+from loader.read_ahead import SegmentReader
 from loader.view import RunView, open_run_view
 
 _DIGEST_TENSORS = ("input_ids", "labels", "loss_mask", "position_ids", "segment_ids", "cu_seqlens")
@@ -48,7 +49,7 @@ def reconstruct_batch(
     plan = BatchPlan(
         view, global_batch_size, seed=seed, seq_len=seq_len, cross_document_attention=cross_document_attention
     )
-    return plan.batch(step, rank, world_size)
+    return SegmentReader(plan).batch(step, rank, world_size)
 
 
 def batch_digest(batch: Mapping[str, Any]) -> str:

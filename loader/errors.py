@@ -8,7 +8,13 @@ from __future__ import annotations
 
 
 class LoaderError(RuntimeError):
-    """Base class of every error the loader raises on purpose."""
+    """Base class of every error the loader raises on purpose. Keyword arguments become attributes that name the
+    offending value (a class declares each with its default, None: what it is when torch re-raises the error
+    from a DataLoader worker, with the message alone)."""
+
+    def __init__(self, message: str = "", **named: object) -> None:
+        super().__init__(message)
+        self.__dict__.update(named)
 
 
 # --- opening a run view ---------------------------------------------------------------------------------
@@ -29,9 +35,7 @@ class RunViewRejected(LoaderError):
 class RunViewSuperseded(LoaderError):
     """A deletion request superseded the run view; `superseded_by_request` names it."""
 
-    def __init__(self, message: str, superseded_by_request: str | None = None):
-        super().__init__(message)
-        self.superseded_by_request = superseded_by_request
+    superseded_by_request: str | None = None
 
 
 class ManifestIntegrityError(LoaderError):
@@ -53,9 +57,7 @@ class UnsupportedLayout(LoaderError):
 class ChecksumMismatch(LoaderError):
     """Token bytes read do not hash to the recorded tokens_sha256; `doc_id` names the document."""
 
-    def __init__(self, message: str, doc_id: str | None = None):
-        super().__init__(message)
-        self.doc_id = doc_id  # None only when re-raised from a DataLoader worker (torch passes the message alone)
+    doc_id: str | None = None
 
 
 # --- configuring and resuming ---------------------------------------------------------------------------

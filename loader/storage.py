@@ -3,7 +3,7 @@ node-local cache.
 
 One row group is one unit of I/O: its column chunks are fetched with ONE ranged read (the footer of each file
 is read once per process and says where they lie), decoded from memory, and verified document by document
-(`loader.view.decode_row_group`). For `s3://` objects (pyarrow's `S3FileSystem`, connect and request
+(`loader.sources.decode_row_group`). For `s3://` objects (pyarrow's `S3FileSystem`, connect and request
 timeouts from `StorageConfig`) a failed read is retried at most `max_attempts` times with jittered
 exponential backoff, and every retry is counted.
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -32,23 +31,23 @@ from iceberg_catalog.transaction import transaction
 log = logging.getLogger(__name__)
 
 
-def token_files(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table):
+def token_files(lakehouse: Lakehouse, manifest: contract.Manifest, samples: pa.Table):
     """(the tokenized.documents table, the view's token file paths sorted, whether any has delete files), planned
     at the manifest's pinned snapshot with the loader's filter (tokenizer, the samples' segments)."""
     table = lakehouse.table(TOKENIZED_DOCUMENTS)
-    snapshot_id = manifest["inputs"].get(TOKENIZED_DOCUMENTS.identifier)
+    snapshot_id = manifest.inputs.get(TOKENIZED_DOCUMENTS.identifier)
     segments = sorted(set(samples.column("segment").to_pylist()))
-    where = EqualTo("tokenizer_id", manifest["tokenizer"]["tokenizer_id"])
+    where = EqualTo("tokenizer_id", manifest.tokenizer_id)
     if segments:
         where = And(where, In("segment", segments))
     tasks = list(table.scan(row_filter=where, snapshot_id=int(snapshot_id)).plan_files())
     return table, sorted({t.file.file_path for t in tasks}), any(t.delete_files for t in tasks)
 
 
-def build_layout(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table) -> contract.ViewLayout | None:
+def build_layout(lakehouse: Lakehouse, manifest: contract.Manifest, samples: pa.Table) -> contract.ViewLayout | None:
     """The view's layout, or None when it cannot have one (no pinned token snapshot, delete files, a document
     missing: the loader's own path reports those)."""
-    if manifest["inputs"].get(TOKENIZED_DOCUMENTS.identifier) is None or samples.num_rows == 0:
+    if manifest.inputs.get(TOKENIZED_DOCUMENTS.identifier) is None or samples.num_rows == 0:
         return None
     table, files, deletes = token_files(lakehouse, manifest, samples)
     if deletes:
@@ -87,8 +86,8 @@ def build_layout(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table) -> 
         for f, *_ in opened:
             f.close()
     return contract.ViewLayout(
-        manifest_sha256=contract.manifest_sha256(manifest),
-        samples_sha256=manifest["samples"]["sha256"],
+        manifest_sha256=manifest.sha256,
+        samples_sha256=manifest.samples_sha256,
         files=files,
         file_index=fi,
         row_group=rg,
@@ -99,7 +98,9 @@ def build_layout(lakehouse: Lakehouse, manifest: Mapping, samples: pa.Table) -> 
     )
 
 
-def publish_layout(lakehouse: Lakehouse, run_view_id: str, manifest: Mapping, samples: pa.Table) -> str | None:
+def publish_layout(
+    lakehouse: Lakehouse, run_view_id: str, manifest: contract.Manifest, samples: pa.Table
+) -> str | None:
     """Write the view's layout blob and point run_view.samples' property at it (idempotent); its path, or None
     when the view has no layout."""
     prop = contract.layout_property(run_view_id)

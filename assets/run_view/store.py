@@ -23,9 +23,8 @@ from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.run_view_contract import (
     FORMAT,
     STATUSES,
-    canonical_json,
+    Manifest,
     check_name,
-    manifest_sha256,
     run_view_id,
     samples_digest,
     tag_name,
@@ -49,14 +48,9 @@ log = logging.getLogger(__name__)
 
 # Every table a candidate reads, pinned at one snapshot each (the manifest's "inputs", keyed by identifier).
 INPUT_TABLES = (
-    TOKENIZED_DOCUMENTS,
-    TOKENIZED_TOKENIZERS,
-    CURATED_DOCUMENTS,
-    CURATED_EXACT_DUPLICATES,
-    DEDUP_NEAR_DUPLICATES,
-    QUARANTINE_EVAL_ITEMS,
-    QUARANTINE_MATCHES,
-    QUARANTINE_SCREENINGS,
+    *(TOKENIZED_DOCUMENTS, TOKENIZED_TOKENIZERS),
+    *(CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES),
+    *(QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS),
 )
 SAMPLE_FIELDS = (
     "doc_id",
@@ -286,20 +280,21 @@ def quarantine_report(
     }
 
 
-def spec_from_manifest(manifest: Mapping) -> RunViewSpec:
+def spec_from_manifest(manifest: Manifest | Mapping) -> RunViewSpec:
     """The spec a view was built from: rebuilding it on today's inputs (after a deletion) reuses it."""
-    mix = manifest["mixture"]
+    m = Manifest.of(manifest)
+    mix = m.mixture
     return RunViewSpec(
-        name=manifest["name"],
-        tokenizer=manifest["tokenizer"]["name"],
-        seed=manifest["seed"],
+        name=m.name,
+        tokenizer=m.tokenizer_name,
+        seed=m.seed,
         token_budget=mix["token_budget"],
-        epochs=manifest["epoch_policy"]["epochs"],
-        seq_len=manifest["packing"]["seq_len"],
+        epochs=m.epochs,
+        seq_len=m.packing["seq_len"],
         share_tolerance=mix["share_tolerance"],
-        cross_document_attention=manifest["packing"]["cross_document_attention"],
+        cross_document_attention=m.packing["cross_document_attention"],
         components=[Component(c["name"], c["weight"], c["filters"], c["max_repetitions"]) for c in mix["components"]],
-        **_split_fields(manifest.get("split")),
+        **_split_fields(m.split),
     )
 
 
@@ -371,11 +366,11 @@ def build_manifest(
         "code_version": provenance.code_version,
         "config_hash": provenance.config_hash,
         "supersedes": supersedes,
+        # absent without a split, so views that select no split keep their bytes and ids
+        **({"split": {"split": spec.split, **spec.split_params().as_dict()}} if spec.split is not None else {}),
+        # the same policy version and inputs give the same id (a rollback finds the old view)
+        **({"policy": dict(policy)} if policy is not None else {}),
     }
-    if spec.split is not None:  # absent otherwise, so views that select no split keep their bytes and ids
-        manifest["split"] = {"split": spec.split, **spec.split_params().as_dict()}
-    if policy is not None:  # the same policy version and inputs give the same id (a rollback finds the old view)
-        manifest["policy"] = dict(policy)
     return manifest, rows, realised, by_id
 
 
@@ -392,13 +387,14 @@ def build_candidate(
     version that decided its components (in the manifest; the snapshots carry it via `provenance`)."""
     pinned = dict(pinned or lakehouse.snapshot_ids(INPUT_TABLES))
     manifest, rows, realised, by_id = build_manifest(lakehouse, spec, provenance, pinned, supersedes, policy)
-    sha = manifest_sha256(manifest)
+    frozen = Manifest.from_dict(manifest)
+    sha = frozen.sha256
     rv_id = run_view_id(spec.name, sha)
     existing = load_manifest(lakehouse, rv_id)
     if existing is not None:
         log.info("run view %s already exists (%s); not rewritten", rv_id, existing["status"])
         return CandidateResult(rv_id, sha, manifest, existing["status"], created=False, realised=realised)
-    tokenizer_id = manifest["tokenizer"]["tokenizer_id"]
+    tokenizer_id = frozen.tokenizer_id
     prov = _with(provenance, rv_id, pinned, {**provenance.extra, "run-view-id": rv_id})
     samples_commit = _write_samples(lakehouse, rv_id, tokenizer_id, rows, by_id, prov)
     _write_manifest_row(
@@ -408,11 +404,11 @@ def build_candidate(
             "name": spec.name,
             "status": "candidate",
             "manifest_sha256": sha,
-            "manifest_json": canonical_json(manifest),
+            "manifest_json": frozen.text,
             "tokenizer_id": tokenizer_id,
             "seed": spec.seed,
             "n_samples": len(rows),
-            "n_tokens": manifest["samples"]["n_tokens"],
+            "n_tokens": frozen.n_tokens,
             "created_at": _now(),
             "created_by_run_id": provenance.run_id,
             "reviewer": None,
@@ -514,45 +510,42 @@ def read_samples(lakehouse: Lakehouse, run_view_id: str, snapshot_id: int | None
 # ---- checks: pure over what is stored; each returns a list of problems (empty = passed) ----
 
 
-def check_non_empty(manifest: Mapping) -> list[str]:
-    s = manifest["samples"]
-    return (
-        []
-        if s["n_samples"] > 0 and s["n_tokens"] > 0
-        else [f"no samples ({s['n_samples']} samples, {s['n_tokens']} tokens)"]
-    )
+def check_non_empty(manifest: Manifest | Mapping) -> list[str]:
+    m = Manifest.of(manifest)
+    return [] if m.n_samples > 0 and m.n_tokens > 0 else [f"no samples ({m.n_samples} samples, {m.n_tokens} tokens)"]
 
 
-def check_shares(manifest: Mapping) -> list[str]:
-    realised = [Realised(**r) for r in manifest["realised"]]
-    return within_tolerance(realised, manifest["mixture"]["share_tolerance"])
+def check_shares(manifest: Manifest | Mapping) -> list[str]:
+    m = Manifest.of(manifest)
+    return within_tolerance([Realised(**r) for r in m.realised], m.mixture["share_tolerance"])
 
 
-def _segments_filter(manifest: Mapping, segments: Sequence[tuple[str, str]]):
+def _segments_filter(manifest: Manifest, segments: Sequence[tuple[str, str]]):
     """The view's tokenizer and (crawl, segment) partitions of tokenized.documents."""
-    where = EqualTo("tokenizer_id", manifest["tokenizer"]["tokenizer_id"])
+    where = EqualTo("tokenizer_id", manifest.tokenizer_id)
     parts = [And(EqualTo("crawl", c), EqualTo("segment", g)) for c, g in segments]
     if parts:
         where = And(where, Or(*parts) if len(parts) > 1 else parts[0])
     return where
 
 
-def check_checksums(lakehouse: Lakehouse, run_view_id: str, manifest: Mapping) -> tuple[int, list[dict]]:
+def check_checksums(lakehouse: Lakehouse, run_view_id: str, manifest: Manifest | Mapping) -> tuple[int, list[dict]]:
     """Every selected row re-read at the pinned snapshot: tokens against their checksum, token count, and the
     same sha256 as recorded in the samples, plus the samples' digest. Returns (rows verified, problems naming
     doc_ids)."""
+    m = Manifest.of(manifest)
     samples = read_samples(lakehouse, run_view_id)
     problems: list[dict] = []
-    if samples_digest(samples) != manifest["samples"]["sha256"]:
+    if samples_digest(samples) != m.samples_sha256:
         problems.append({"doc_id": "*", "problem": "stored samples differ from the manifest's samples digest"})
     want = dict(zip(samples["doc_id"].to_pylist(), samples["tokens_sha256"].to_pylist()))
     # one pass over the view's partitions at the pinned snapshot (an In() filter per chunk would rescan them)
     segments = sorted(set(zip(samples["crawl"].to_pylist(), samples["segment"].to_pylist())))
     reader = lakehouse.batches_at(
         TOKENIZED_DOCUMENTS,
-        manifest["inputs"][TOKENIZED_DOCUMENTS.identifier],
+        m.inputs[TOKENIZED_DOCUMENTS.identifier],
         ("doc_id", "tokens", "token_dtype", "n_tokens", "tokens_sha256"),
-        _segments_filter(manifest, segments),
+        _segments_filter(m, segments),
     )
     wanted = pa.array(sorted(want), pa.string())
     found: set[str] = set()
@@ -569,19 +562,20 @@ def check_checksums(lakehouse: Lakehouse, run_view_id: str, manifest: Mapping) -
     return len(found), problems
 
 
-def check_quarantine(lakehouse: Lakehouse, run_view_id: str, manifest: Mapping) -> list[str]:
+def check_quarantine(lakehouse: Lakehouse, run_view_id: str, manifest: Manifest | Mapping) -> list[str]:
     """No selected document in quarantine.matches (at the pinned snapshot, nor now), and every segment of the
     view screened against every registered benchmark."""
+    m = Manifest.of(manifest)
     doc_ids = set(read_samples(lakehouse, run_view_id).column("doc_id").to_pylist())
     problems = []
     for label, sid in (
-        ("pinned", manifest["inputs"][QUARANTINE_MATCHES.identifier]),
+        ("pinned", m.inputs[QUARANTINE_MATCHES.identifier]),
         ("current", lakehouse.snapshot_id(QUARANTINE_MATCHES)),
     ):
         found = lakehouse.scan_at(QUARANTINE_MATCHES, sid, ("doc_id", "benchmark")).to_pylist()
         hits = sorted({(r["doc_id"], r["benchmark"]) for r in found if r["doc_id"] in doc_ids})
         problems += [f"{d} matches {b} ({label} {QUARANTINE_MATCHES})" for d, b in hits]
-    q = manifest["quarantine"]
+    q = m.quarantine
     if not q["benchmarks"]:
         problems.append(f"no benchmark registered in {QUARANTINE_EVAL_ITEMS}: nothing was screened")
     problems += [f"segment {s} not screened against {b}" for b, s in q["missing_pairs"]]
@@ -655,13 +649,13 @@ def decide(
 def tag_pinned_snapshots(lakehouse: Lakehouse, row: Mapping) -> dict[str, int]:
     """Tag `runview-<id>` on every pinned input snapshot and on the run_view.samples snapshot holding the
     view's rows (verified against the manifest's digest first). Idempotent."""
-    manifest = row["manifest"] if "manifest" in row else json.loads(row["manifest_json"])
+    manifest = Manifest.of(row["manifest"]) if "manifest" in row else Manifest.from_json(row["manifest_json"])
     rv_id = row["run_view_id"]
     current = lakehouse.snapshot_id(RUN_VIEW_SAMPLES)
     samples = read_samples(lakehouse, rv_id, current)
-    if samples_digest(samples) != manifest["samples"]["sha256"]:
+    if samples_digest(samples) != manifest.samples_sha256:
         raise IntegrityError(f"run view {rv_id}: {RUN_VIEW_SAMPLES} does not hold the rows the manifest hashed")
-    targets = {ident: sid for ident, sid in manifest["inputs"].items() if sid is not None}
+    targets = {ident: sid for ident, sid in manifest.inputs.items() if sid is not None}
     targets[RUN_VIEW_SAMPLES.identifier] = current
     name = tag_name(rv_id)
     for ident, sid in sorted(targets.items()):

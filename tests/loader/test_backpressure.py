@@ -44,16 +44,16 @@ def wait_until(predicate, timeout: float = 20.0) -> None:
 
 
 def counting_batches(data: RunViewLoader) -> list[int]:
-    """Record every global step the loader's plan builds (instrumentation of the real plan, not a stand-in)."""
+    """Record every global step the loader's reader builds (instrumentation of the real reader, not a stand-in)."""
     built: list[int] = []
-    plan = data.dataset.plan
-    build = plan.batch
+    reader = data.dataset.reader
+    build = reader.batch
 
     def batch(step, rank=0, world_size=1):
         built.append(step)
         return build(step, rank, world_size)
 
-    plan.batch = batch
+    reader.batch = batch
     return built
 
 

@@ -17,9 +17,9 @@ from torch.distributed.checkpoint.stateful import Stateful
 import loader
 from loader import dcp as ldcp
 from tests.loader import views
+from tests.loader.training import Trainer, tiny_model, train_step
 from tests.loader.views import GLOBAL_BATCH
 
-BUCKETS = 257
 SAVE_EVERY = 3
 STEPS = 10
 
@@ -28,24 +28,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Trainer(Stateful):
-    """Model + optimizer as one Stateful (torch's get/set_state_dict), the DCP tutorial's AppState."""
-
-    def __init__(self, model, optim):
-        self.model, self.optim = model, optim
-
-    def state_dict(self):
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        m, o = get_state_dict(self.model, self.optim)
-        return {"model": m, "optim": o}
-
-    def load_state_dict(self, state):
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
-        set_state_dict(self.model, self.optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
 def train_rank(rank: int, world: int, port: int, bundle: str, root: str, out: str, steps: int, save: bool) -> None:
@@ -57,7 +39,7 @@ def train_rank(rank: int, world: int, port: int, bundle: str, root: str, out: st
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Embedding(BUCKETS, 8), torch.nn.Linear(8, BUCKETS))
+        model = tiny_model()
         optim = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
         data = loader.RunViewLoader(loader.open_run_view(bundle=bundle), GLOBAL_BATCH)
         counter = torch.zeros(1, dtype=torch.long)
@@ -68,24 +50,8 @@ def train_rank(rank: int, world: int, port: int, bundle: str, root: str, out: st
         it = iter(data)
         for k in range(start, start + steps):
             b = next(it)
-            logits = model(b["input_ids"] % BUCKETS)
-            labels = torch.where(b["labels"] < 0, -100, b["labels"] % BUCKETS)
-            loss_sum = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
-            n = torch.tensor([float(b["loss_mask"].sum())])
-            dist.all_reduce(n)
-            optim.zero_grad()
-            (loss_sum / n).backward()
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
-            optim.step()
-            tokens = torch.tensor([int(b["input_ids"].numel())])
-            dist.all_reduce(tokens)
-            counter += tokens
-            global_loss = loss_sum.detach().clone()
-            dist.all_reduce(global_loss)
-            records.append(
-                {"step": k, "documents": b["documents"], "tokens_seen": int(counter), "loss": float(global_loss / n)}
-            )
+            loss = train_step(model, optim, b, counter)
+            records.append({"step": k, "documents": b["documents"], "tokens_seen": int(counter), "loss": loss})
             if save and (k + 1) % SAVE_EVERY == 0:
                 ldcp.save(state, root, k + 1)
         m = data.metrics(gather=True)  # collective: every rank's tokens/s -> the slowest vs the median

@@ -15,7 +15,7 @@ from iceberg_catalog import CatalogConfig
 from iceberg_catalog.readonly import read_only_catalog
 from iceberg_catalog.run_view_contract import manifest_sha256, run_view_id, samples_digest
 from loader import in_memory_view, open_run_view
-from loader.view import as_lakehouse
+from loader.catalog import as_lakehouse
 from tests.loader import views
 from tests.loader.views import without_layout_property
 
@@ -86,8 +86,8 @@ def test_a_lakehouse_a_bare_catalog_and_the_configured_default_open_the_same_vie
 
 def test_an_in_memory_view_follows_the_contract():
     view = in_memory_view(views.gpt2_docs()[:5], seq_len=64, eos_id=50256)
-    assert view.manifest["samples"]["sha256"] == samples_digest(view.samples)
-    assert view.manifest_sha256 == manifest_sha256(view.manifest)
+    assert view.manifest.samples_sha256 == samples_digest(view.samples)
+    assert view.manifest_sha256 == manifest_sha256(view.manifest.to_dict()) == view.manifest.sha256
     assert view.run_view_id == run_view_id("memory", view.manifest_sha256)
 
 

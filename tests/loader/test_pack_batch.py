@@ -99,10 +99,11 @@ def batch_equal(a: dict, b: dict) -> None:
     policy=st.sampled_from(["masked", "allowed"]),
 )
 def test_one_read_of_consecutive_steps_equals_step_by_step(docs, seq_len, gb, first, n, policy):
-    """BatchPlan.batches (one read, verify and pack over a run of steps, as the in-process loader serves them)
-    gives exactly the batches of BatchPlan.batch, step by step, up to the epoch's last (padded) step."""
+    """SegmentReader.batches (one read, verify and pack over a run of steps, as the in-process loader serves them)
+    gives exactly the batches of SegmentReader.batch, step by step, up to the epoch's last (padded) step."""
     from loader import in_memory_view
-    from loader.dataset import BatchPlan
+    from loader.plan import BatchPlan
+    from loader.read_ahead import SegmentReader
 
     view = in_memory_view(
         list(docs), seq_len=seq_len, eos_id=EOS, cross_document_attention=policy, epochs=2, block_size=3
@@ -111,10 +112,10 @@ def test_one_read_of_consecutive_steps_equals_step_by_step(docs, seq_len, gb, fi
     first = first % plan.schedule.total_steps
     k = plan.run_length(first, 1, n, plan.schedule.total_steps)
     assert 1 <= k <= n and (first + k - 1) // plan.schedule.steps_per_epoch == first // plan.schedule.steps_per_epoch
-    got = plan.batches(first, k)
+    got = SegmentReader(plan).batches(first, k)
     assert len(got) == k
     for j, b in enumerate(got):
-        batch_equal(b, plan.batch(first + j))
+        batch_equal(b, SegmentReader(plan).batch(first + j))
     assert plan.run_length(first, 2, n) == 1  # ranks' sequences are not one range: one step at a time
 
 
@@ -122,16 +123,17 @@ def test_pooled_blocks_are_reused_only_after_every_batch_of_them_is_dropped():
     """The loader recycles a packed block once no batch references it: batches held by the consumer keep their
     values while later ones are made, and a dropped batch's block is written again (no fresh pages)."""
     from loader import RunViewLoader, in_memory_view
-    from loader.dataset import BatchPlan
     from loader.packing import BlockPool
+    from loader.plan import BatchPlan
+    from loader.read_ahead import SegmentReader
     from tests.loader.views import gpt2_docs
 
     view = in_memory_view(list(gpt2_docs(40)), seq_len=64, eos_id=EOS, epochs=3, block_size=4)
     data = RunViewLoader(view, 4, prefetch=0)
     data.plan._pool = BlockPool()  # its own, not the process's (other tests' blocks)
     held = list(data)  # every batch of 3 epochs kept alive
-    reference = BatchPlan(view, 4)
-    assert len(held) == reference.schedule.total_steps > 24  # more batches than the pool keeps
+    reference = SegmentReader(BatchPlan(view, 4))
+    assert len(held) == reference.plan.schedule.total_steps > 24  # more batches than the pool keeps
     for b in held:
         batch_equal(b, reference.batch(b["step"]))
     pool = data.plan._pool

@@ -35,7 +35,6 @@ EVERY = 5  # steps between DCP checkpoints
 STEPS = 90  # ~13 epochs of the 60-document view (7 steps each)
 KILL_RUN_STEP = 23  # A: rank 2 dies after serving step 23 (latest complete checkpoint: 20)
 KILL_SAVE_STEP = 35  # B: rank 1 dies inside the save after step 34 (latest complete: 30)
-BUCKETS = 257
 
 
 # ---- one rank ----------------------------------------------------------------------------------------------------
@@ -49,13 +48,13 @@ def worker(args: argparse.Namespace) -> None:
     import loader
     from loader import dcp as ldcp
     from loader.storage import StorageConfig
-    from tests.loader.test_dcp import Trainer
+    from tests.loader.training import Trainer, tiny_model, train_step
 
     torch.set_num_threads(1)
     rank, world = args.rank, args.world
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Embedding(BUCKETS, 8), torch.nn.Linear(8, BUCKETS))
+    model = tiny_model()
     optim = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     storage = StorageConfig(cache_dir=args.cache, cache_bytes=64 << 20, backoff_base_s=0.01)
     view = loader.open_run_view(bundle=args.bundle, io_properties=json.loads(args.props), storage=storage)
@@ -68,23 +67,9 @@ def worker(args: argparse.Namespace) -> None:
     log.flush()
     for b in data:
         k = b["step"]
-        logits = model(b["input_ids"] % BUCKETS)
-        labels = torch.where(b["labels"] < 0, -100, b["labels"] % BUCKETS)
-        loss_sum = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
-        n = torch.tensor([float(b["loss_mask"].sum())])
-        dist.all_reduce(n)
-        optim.zero_grad()
-        (loss_sum / n).backward()
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-        optim.step()
-        tokens = torch.tensor([int(b["input_ids"].numel())])
-        dist.all_reduce(tokens)
-        counter += tokens
-        loss = loss_sum.detach().clone()
-        dist.all_reduce(loss)
+        loss = train_step(model, optim, b, counter)
         log.write(json.dumps({"step": k, "documents": list(b["documents"]), "tokens_seen": int(counter),
-                              "loss": float(loss / n)}) + "\n")  # fmt: skip
+                              "loss": loss}) + "\n")  # fmt: skip
         log.flush()  # in the page cache: survives the SIGKILL
         if rank == args.hang_rank and k == args.hang_after_step:
             Path(args.log).with_suffix(".hung").touch()

@@ -105,7 +105,7 @@ def test_the_first_batch_reads_only_the_row_groups_of_its_own_documents(wide_vie
     from loader import make_state
 
     data = RunViewLoader(wide_view(), 4, rank=3, world_size=4)
-    data.plan.read_ahead = False  # it would go on reading the next segment on its thread: counted here too
+    data.reader.read_ahead = False  # it would go on reading the next segment on its thread: counted here too
     if start:
         data.load_state_dict(make_state(data.plan, start))
     first = next(iter(data))
