@@ -98,7 +98,7 @@ def write_lakehouse(
 
     from assets.run_view import store
     from assets.run_view.mixture import Component
-    from assets.tokenized.tokens import tokens_checksum
+    from assets.tokenized.tokens import tokenizer_row, tokens_checksum
     from iceberg_catalog import CatalogConfig, Lakehouse, Provenance, TableDef
     from iceberg_catalog.schemas import CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS, TOKENIZED_TOKENIZERS
     from tests.run_view import builders
@@ -121,17 +121,7 @@ def write_lakehouse(
     write(
         TOKENIZED_TOKENIZERS,
         {"tokenizer_id": info.tokenizer_id},
-        [
-            {
-                "tokenizer_id": info.tokenizer_id,
-                "name": "gpt2",
-                "vocab_size": info.vocab_size,
-                "eos_id": info.eos_id,
-                "bos_id": info.bos_id,
-                "token_dtype": info.token_dtype,
-                "tokenizer_json": lt.json_text,
-            }
-        ],
+        tokenizer_row(lt).to_pylist(),
     )
     token_bytes = [a.tobytes() for a in arrays]
     shas = [tokens_checksum(b) for b in token_bytes]

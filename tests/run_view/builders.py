@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from assets.run_view import store
 from assets.run_view.mixture import Component
-from assets.tokenized.tokens import encode_documents, load_tokenizer, tokens_checksum
+from assets.tokenized.tokens import encode_documents, load_tokenizer, tokenizer_row, tokens_checksum
 from iceberg_catalog import TABLES, Lakehouse, Provenance, TableDef
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
@@ -74,17 +74,7 @@ def write_documents(
         lakehouse,
         TOKENIZED_TOKENIZERS,
         {"tokenizer_id": info.tokenizer_id},
-        [
-            {
-                "tokenizer_id": info.tokenizer_id,
-                "name": "gpt2",
-                "vocab_size": info.vocab_size,
-                "eos_id": info.eos_id,
-                "bos_id": info.bos_id,
-                "token_dtype": info.token_dtype,
-                "tokenizer_json": lt.json_text,
-            }
-        ],
+        tokenizer_row(lt).to_pylist(),
     )
     texts = [p[:max_chars] if max_chars else p for p in paragraphs()[first : first + n_docs]]
     if len(texts) < n_docs:
