@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import lzma  # noqa: E402
 import os  # noqa: E402
@@ -132,15 +131,7 @@ def write_lakehouse(
         for i in range(s * per_segment, min(n_docs, (s + 1) * per_segment)):
             p = i % len(texts)
             url = f"https://en.wikipedia.org/wiki/bench-{i}"
-            doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
-            key = hashlib.sha256(url.encode()).hexdigest()
-            common = {
-                "doc_id": doc_id,
-                "record_id": f"<urn:uuid:{doc_id}>",
-                "deletion_key": key,
-                "crawl": crawl,
-                "segment": segment,
-            }
+            common = builders.document_ids(url, crawl, segment)
             curated.append(
                 {**common, "url": url, "text": texts[p], "kept": True, "language": "en", "ppl_bucket": "middle"}
             )

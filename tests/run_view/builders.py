@@ -48,6 +48,18 @@ def provenance(asset_key: str, run_id: str = "test-run") -> Provenance:
     return Provenance(asset_key, None, run_id, "test", "test")
 
 
+def document_ids(url: str, crawl: str, segment: str) -> dict:
+    """The identity columns of a made-up document, all derived from its URL (the same URL, the same ids)."""
+    doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
+    return {
+        "doc_id": doc_id,
+        "record_id": f"<urn:uuid:{doc_id}>",
+        "deletion_key": hashlib.sha256(url.encode()).hexdigest(),
+        "crawl": crawl,
+        "segment": segment,
+    }
+
+
 def _write(
     lakehouse: Lakehouse, t: TableDef | str, partition: dict, rows: list[dict], row_group_rows: int | None = None
 ) -> int:
@@ -84,14 +96,9 @@ def write_documents(
     for i, (text, arr) in enumerate(zip(texts, arrays)):
         crawl, segment = segments[i % len(segments)].split("/")
         url = f"https://en.wikipedia.org/wiki/p{first + i}"
-        doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
         docs.append(
             {
-                "doc_id": doc_id,
-                "record_id": f"<urn:uuid:{doc_id}>",
-                "deletion_key": hashlib.sha256(url.encode()).hexdigest(),
-                "crawl": crawl,
-                "segment": segment,
+                **document_ids(url, crawl, segment),
                 "url": url,
                 "text": text,
                 "tokens": arr.tobytes(),
