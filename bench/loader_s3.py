@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.children import child_command, repo_env, run_json_child  # noqa: E402
 from bench.common import BenchFailure, run_reported  # noqa: E402
 
 RSS_BUDGET = 1 << 30  # host RAM the slow-store child may use, imports included
@@ -169,14 +169,18 @@ def run_bench(work: Path, args) -> int:
         budget = args.slow_cache_row_groups * max(rg_sizes) + 4096
         with ThrottlingProxy(port, latency_s=9 * p50, bytes_per_s=bandwidth / 10) as proxy:
             props = {**sw.s3_properties(), "s3.endpoint": proxy.endpoint}
-            cmd = [sys.executable, __file__, "--child", "slow", "--bundle", str(s3_bundle), "--props",
-                   json.dumps(props), "--cache", str(work / "cache-slow"), "--cache-budget", str(budget),
-                   "--steps", str(args.steps), "--seq-len", str(args.seq_len), "--global-batch",
-                   str(args.global_batch)]  # fmt: skip
-            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        if proc.returncode != 0:
-            raise BenchFailure(f"the slow-store child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        slow = json.loads(proc.stdout.strip().splitlines()[-1])
+            cmd = child_command(
+                __file__,
+                "slow",
+                bundle=s3_bundle,
+                props=json.dumps(props),
+                cache=work / "cache-slow",
+                cache_budget=budget,
+                steps=args.steps,
+                seq_len=args.seq_len,
+                global_batch=args.global_batch,
+            )
+            slow, _, _ = run_json_child(cmd, repo_env(), "the slow-store child")
         print(
             f"\n## 2. the store 10x slower (proxy: +{9 * p50 * 1000:.1f} ms per response, "
             f"{bandwidth / 10 / 1e6:.1f} MB/s), cache budget {budget:,} bytes ({args.slow_cache_row_groups} row "

@@ -45,7 +45,6 @@ import lzma
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.children import child_command, run_json_child  # noqa: E402
 from bench.common import BenchFailure, run_reported, vm_hwm_kib  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
@@ -329,24 +329,10 @@ def child_main(mode: str, home: Path, crawl_root: Path, segment_key: str, row_gr
 def measure_child(mode: str, home: Path, crawl_root: Path, segment_key: str, row_group: int | None = None) -> dict:
     """Run one child on the shared home; its result plus `peak_rss_mib` (the child's own VmHWM, not rusage,
     which would include this parent's RSS at fork time)."""
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--child",
-        mode,
-        "--home",
-        str(home),
-        "--crawl-root",
-        str(crawl_root),
-        "--segment",
-        segment_key,
-    ]
-    if row_group:
-        cmd += ["--docs-per-row-group", str(row_group)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        raise BenchFailure(f"child '{mode}' on {segment_key} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = child_command(
+        __file__, mode, home=home, crawl_root=crawl_root, segment=segment_key, docs_per_row_group=row_group or None
+    )
+    result, _, _ = run_json_child(cmd, None, f"child '{mode}' on {segment_key}")
     result["peak_rss_mib"] = result["vm_hwm_kib"] / 1024
     return result
 

@@ -102,6 +102,13 @@ class PiiMatch:
     end: int
 
 
+def _spans(kind: str, pattern: re.Pattern, text: str, valid: Callable[[str], bool] | None = None) -> Iterator[PiiMatch]:
+    """The matches of ``pattern`` in ``text`` whose matched string passes ``valid`` (all when it is None)."""
+    for m in pattern.finditer(text):
+        if valid is None or valid(m.group()):
+            yield PiiMatch(kind, m.start(), m.end())
+
+
 # --------------------------------------------------------------------------------------------- email
 
 _EMAIL_RE = re.compile(
@@ -353,11 +360,8 @@ def _valid_card(cand: str) -> bool:
 
 
 def _find_cards(text: str) -> Iterator[PiiMatch]:
-    if not _CARD_HINT_RE.search(text):
-        return
-    for m in _CARD_RE.finditer(text):
-        if _valid_card(m.group()):
-            yield PiiMatch("payment_card", m.start(), m.end())
+    if _CARD_HINT_RE.search(text):
+        yield from _spans("payment_card", _CARD_RE, text, _valid_card)
 
 
 # --------------------------------------------------------------------------------------------- iban
@@ -393,11 +397,8 @@ def iban_valid(iban: str) -> bool:
 
 
 def _find_ibans(text: str) -> Iterator[PiiMatch]:
-    if not _IBAN_HINT_RE.search(text):
-        return
-    for m in _IBAN_RE.finditer(text):
-        if iban_valid(m.group()):
-            yield PiiMatch("iban", m.start(), m.end())
+    if _IBAN_HINT_RE.search(text):
+        yield from _spans("iban", _IBAN_RE, text, iban_valid)
 
 
 # ------------------------------------------------------------------------------------------ secrets
@@ -491,17 +492,13 @@ def _find_secrets(text: str) -> Iterator[PiiMatch]:
             if _jwt_header_ok(m.group(1)):
                 yield PiiMatch("jwt", m.start(), m.end())
     if any(p in text for p in _AWS_KEY_ID_PREFIXES):
-        for m in _AWS_KEY_ID_RE.finditer(text):
-            yield PiiMatch("aws_key", m.start(), m.end())
+        yield from _spans("aws_key", _AWS_KEY_ID_RE, text)
     if any(p in text for p in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")):
-        for m in _GITHUB_RE.finditer(text):
-            yield PiiMatch("github_token", m.start(), m.end())
+        yield from _spans("github_token", _GITHUB_RE, text)
     if "glpat-" in text:
-        for m in _GITLAB_RE.finditer(text):
-            yield PiiMatch("gitlab_token", m.start(), m.end())
+        yield from _spans("gitlab_token", _GITLAB_RE, text)
     if "xox" in text or "hooks.slack.com" in text:
-        for m in _SLACK_RE.finditer(text):
-            yield PiiMatch("slack_token", m.start(), m.end())
+        yield from _spans("slack_token", _SLACK_RE, text)
     for op in _ASSIGN_OP_RE.finditer(text):
         window = max(0, op.start() - 40)
         if _AWS_SECRET_KEY_BEFORE_RE.search(text, window, op.start()):

@@ -64,6 +64,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate, count
 
 import numpy as np
@@ -80,6 +81,7 @@ __all__ = [
     "count_sentences",
     "quality_decision",
     "quality_failures",
+    "quality_rules",
     "quality_signals",
     "tokenize_words",
 ]
@@ -626,13 +628,31 @@ def quality_decision(signals: Mapping, t: QualityThresholds = QualityThresholds(
     return next(_failures(signals, t), None)
 
 
-def _failures(signals: Mapping, t: QualityThresholds) -> Iterator[str]:
+@lru_cache(maxsize=256)  # built once per thresholds: quality_decision runs once per document
+def quality_rules(t: QualityThresholds) -> tuple[tuple[str, str, Callable], ...]:
+    """The rules ``t`` enables, in QUALITY_REASONS order, as (reason, signal, drops): ``signal`` is the one the
+    rule reads under ``t`` and ``drops(value)`` whether that value drops the document. ``drops`` takes a number
+    or a polars expression of the signal's column alike, so the governance dry-run applies these same rules."""
+    rules = []
     for reason, signal, op, field in _RULES:
         limit = getattr(t, field)
         if limit is None:
             continue
         if signal.endswith("_terminal") and not t.c4_filter_no_terminal_punct:
             signal = signal[: -len("_terminal")]
+        exclude_zero = reason == "fineweb_line_punct_ratio" and t.fineweb_line_punct_exclude_zero
+        rules.append((reason, signal, _drops(_DROPS[op], limit, exclude_zero)))
+    return tuple(rules)
+
+
+def _drops(compare: Callable, limit: float, exclude_zero: bool) -> Callable:
+    if exclude_zero:  # FineWeb's punctuation rule spares a text with no line ending in punctuation at all
+        return lambda v: compare(v, limit) & (v != 0)
+    return lambda v: compare(v, limit)
+
+
+def _failures(signals: Mapping, t: QualityThresholds) -> Iterator[str]:
+    for reason, signal, drops in quality_rules(t):
         try:
             value = signals[signal]
         except KeyError:
@@ -640,7 +660,5 @@ def _failures(signals: Mapping, t: QualityThresholds) -> Iterator[str]:
                 f"quality signal {signal!r} missing; pass the full dict from quality_signals() "
                 f"(columns: QUALITY_SIGNAL_TYPES)"
             ) from None
-        if _DROPS[op](value, limit):
-            if reason == "fineweb_line_punct_ratio" and value == 0 and t.fineweb_line_punct_exclude_zero:
-                continue
+        if drops(value):
             yield reason

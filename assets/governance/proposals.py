@@ -28,8 +28,7 @@ from pyiceberg.expressions import EqualTo, In
 
 from assets.curated.langid import DECISION_LANGUAGE_NOT_ALLOWED, DECISION_LANGUAGE_SCORE
 from assets.curated.language_rules import rules_for
-from assets.curated.quality import _RULES as QUALITY_RULES  # the one rule table; the dry-run must follow it
-from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds
+from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_rules
 from assets.governance import policies
 from assets.governance.policies import Policy, canonical_json, sha256_hex
 from iceberg_catalog import Lakehouse, Provenance
@@ -520,13 +519,6 @@ def _flips(frame: pl.DataFrame, before: str, after: str) -> dict[str, list[str]]
 
 # ---- dry-run ----------------------------------------------------------------------------------------------------
 
-_OPS = {
-    ">": lambda c, v: c > v,
-    ">=": lambda c, v: c >= v,
-    "<": lambda c, v: c < v,
-    "<=": lambda c, v: c <= v,
-}
-
 
 def quality_expr(t: QualityThresholds) -> pl.Expr:
     """`quality_decision`'s rules in order under thresholds `t`, over the stored signal columns; null = kept.
@@ -534,15 +526,8 @@ def quality_expr(t: QualityThresholds) -> pl.Expr:
     import polars as pl
 
     chain = None
-    for reason, signal, op, field in QUALITY_RULES:
-        limit = getattr(t, field)
-        if limit is None:
-            continue
-        if signal.endswith("_terminal") and not t.c4_filter_no_terminal_punct:
-            signal = signal[: -len("_terminal")]
-        drop = _OPS[op](pl.col(signal), limit)
-        if reason == "fineweb_line_punct_ratio" and t.fineweb_line_punct_exclude_zero:
-            drop = drop & (pl.col(signal) != 0)
+    for reason, signal, drops in quality_rules(t):  # the curation's own rules: the dry-run must follow them
+        drop = drops(pl.col(signal))
         chain = pl.when(drop).then(pl.lit(reason)) if chain is None else chain.when(drop).then(pl.lit(reason))
     return pl.lit(None, pl.String) if chain is None else chain.otherwise(pl.lit(None, pl.String))
 

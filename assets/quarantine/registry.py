@@ -75,12 +75,17 @@ def _require(row: object, fields: Sequence[str], where: str) -> None:
         raise BenchmarkFileError(f"{where}: the text fields {list(fields)} are all empty")
 
 
-def _check_jsonl(data: bytes, path: Path, fields: Sequence[str]) -> int:
+def _decode(data: bytes, path: Path, encoding: str) -> str:
+    """The file's text; a `BenchmarkFileError` naming the line of the first byte that is not UTF-8."""
     try:
-        text = data.decode("utf-8")
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise BenchmarkFileError(f"{path}:{line}: not UTF-8 text ({exc.reason}); is --format right?") from exc
+
+
+def _check_jsonl(data: bytes, path: Path, fields: Sequence[str]) -> int:
+    text = _decode(data, path, "utf-8")
     rows = 0
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -95,11 +100,7 @@ def _check_jsonl(data: bytes, path: Path, fields: Sequence[str]) -> int:
 
 
 def _check_csv(data: bytes, path: Path, fields: Sequence[str]) -> int:
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise BenchmarkFileError(f"{path}:{line}: not UTF-8 text ({exc.reason}); is --format right?") from exc
+    text = _decode(data, path, "utf-8-sig")  # a spreadsheet's byte-order mark is not part of the first column's name
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
     missing = [f for f in fields if f not in header]

@@ -204,11 +204,24 @@ class ReadContext:
     ingested_at: datetime
 
 
+Item = tuple[str, dict]  # ("row", raw row) | ("reject", reject row)
+
+
 def _reject(
-    ctx: ReadContext, warc_file: str, offset: int, length: int | None, reason: str, detail: str | None, headers=None
-) -> dict:
+    stats: FileStats,
+    ctx: ReadContext,
+    warc_file: str,
+    offset: int,
+    length: int | None,
+    reason: str,
+    detail: str | None,
+    headers=None,
+) -> Item:
+    """A ("reject", row) item, counted in `stats` here so that every reject is counted exactly once."""
+    stats.records["rejected"] += 1
+    stats.rejects[reason] += 1
     uri = headers.get_header("WARC-Target-URI") if headers is not None else None
-    return {
+    return "reject", {
         "crawl": ctx.crawl,
         "segment": ctx.segment,
         "warc_file": warc_file,
@@ -281,7 +294,13 @@ def _record_to_row(ctx: ReadContext, warc_file: str, offset: int, length: int, r
     }
 
 
-Item = tuple[str, dict]  # ("row", raw row) | ("reject", reject row)
+def _member_response_problem(row: dict) -> tuple[str | None, str | None]:
+    """Why a response row read from a gzip member is a reject, and the detail; (None, None) for a good row."""
+    if row["record_id"] is None:
+        return BAD_WARC_HEADERS, "response without WARC-Record-ID"
+    if row["payload_digest_verified"] is False:
+        return PAYLOAD_DIGEST_MISMATCH, f"declared {row['payload_digest_declared']}, computed {row['payload_sha1']}"
+    return None, None
 
 
 def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileStats) -> Iterator[Item]:
@@ -291,19 +310,8 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
         return  # an empty gzip member holds no record (some writers emit one at EOF)
     if not data.startswith(b"WARC/"):
         # warcio would happily read such bytes as a legacy ARC record; we only accept WARC.
-        stats.records["rejected"] += 1
-        stats.rejects[NOT_WARC] += 1
-        yield (
-            "reject",
-            _reject(
-                ctx,
-                warc_file,
-                member.offset,
-                member.length,
-                NOT_WARC,
-                f"member does not start with a WARC version line: {data[:40]!r}",
-            ),
-        )
+        detail = f"member does not start with a WARC version line: {data[:40]!r}"
+        yield _reject(stats, ctx, warc_file, member.offset, member.length, NOT_WARC, detail)
         return
     n_seen = end = 0
     try:
@@ -318,55 +326,22 @@ def _parse_member(ctx: ReadContext, warc_file: str, member: Member, stats: FileS
                 stats.records[rec_type] += 1
                 continue
             row = _record_to_row(ctx, warc_file, member.offset, member.length, record, payload)
-            if row["record_id"] is None:
-                stats.records["rejected"] += 1
-                stats.rejects[BAD_WARC_HEADERS] += 1
-                yield (
-                    "reject",
-                    _reject(
-                        ctx,
-                        warc_file,
-                        member.offset,
-                        member.length,
-                        BAD_WARC_HEADERS,
-                        "response without WARC-Record-ID",
-                        record.rec_headers,
-                    ),
-                )
-            elif row["payload_digest_verified"] is False:
-                stats.records["rejected"] += 1
-                stats.rejects[PAYLOAD_DIGEST_MISMATCH] += 1
-                yield (
-                    "reject",
-                    _reject(
-                        ctx,
-                        warc_file,
-                        member.offset,
-                        member.length,
-                        PAYLOAD_DIGEST_MISMATCH,
-                        f"declared {row['payload_digest_declared']}, computed {row['payload_sha1']}",
-                        record.rec_headers,
-                    ),
-                )
+            reason, detail = _member_response_problem(row)
+            if reason is not None:
+                yield _reject(stats, ctx, warc_file, member.offset, member.length, reason, detail, record.rec_headers)
             else:
                 stats.records["response"] += 1
                 yield "row", row
     except Exception as exc:  # noqa: BLE001 - any parser failure becomes a reject with its message
         reason, headers = _classify_failure(data, exc) if n_seen == 0 else (UNREADABLE_RECORD, None)
-        stats.records["rejected"] += 1
-        stats.rejects[reason] += 1
-        yield (
-            "reject",
-            _reject(ctx, warc_file, member.offset, member.length, reason, f"{type(exc).__name__}: {exc}", headers),
-        )
+        detail = f"{type(exc).__name__}: {exc}"
+        yield _reject(stats, ctx, warc_file, member.offset, member.length, reason, detail, headers)
         return
     if data[end:].strip(b"\r\n"):
         # warcio reads Content-Length bytes and skips what follows with only a warning: the member holds bytes
         # that no record accounts for (a block longer than its header says)
-        stats.records["rejected"] += 1
-        stats.rejects[RECORD_LENGTH_MISMATCH] += 1
         detail = f"{len(data) - end} bytes after the last record's Content-Length in this gzip member"
-        yield "reject", _reject(ctx, warc_file, member.offset, member.length, RECORD_LENGTH_MISMATCH, detail)
+        yield _reject(stats, ctx, warc_file, member.offset, member.length, RECORD_LENGTH_MISMATCH, detail)
 
 
 def read_warc(
@@ -381,15 +356,11 @@ def read_warc(
     stats = stats if stats is not None else FileStats(warc_file)
     head = stream.read(len(GZIP_MAGIC))
     if not head:
-        stats.records["rejected"] += 1
-        stats.rejects[EMPTY_FILE] += 1
-        yield "reject", _reject(ctx, warc_file, 0, 0, EMPTY_FILE, "file has no bytes")
+        yield _reject(stats, ctx, warc_file, 0, 0, EMPTY_FILE, "file has no bytes")
         return
     rest = _Prefixed(head, stream)
     if not head.startswith(GZIP_MAGIC) and not head.startswith(b"WAR"):
-        stats.records["rejected"] += 1
-        stats.rejects[NOT_WARC] += 1
-        yield "reject", _reject(ctx, warc_file, 0, None, NOT_WARC, f"neither gzip nor WARC: starts with {head!r}")
+        yield _reject(stats, ctx, warc_file, 0, None, NOT_WARC, f"neither gzip nor WARC: starts with {head!r}")
         return
     if not head.startswith(GZIP_MAGIC):
         yield from _read_uncompressed(rest, warc_file, ctx, stats)
@@ -406,20 +377,8 @@ def read_warc(
                 reason = NOT_WARC if member.reason == GARBAGE_BYTES else member.reason
             else:
                 reason = member.reason
-            stats.records["rejected"] += 1
-            stats.rejects[reason] += 1
-            yield (
-                "reject",
-                _reject(
-                    ctx,
-                    warc_file,
-                    member.offset,
-                    member.length,
-                    reason,
-                    member.detail,
-                    _warc_headers_of(member.data) if member.data else None,
-                ),
-            )
+            headers = _warc_headers_of(member.data) if member.data else None
+            yield _reject(stats, ctx, warc_file, member.offset, member.length, reason, member.detail, headers)
         else:
             yield from _parse_member(ctx, warc_file, member, stats)
     stats.bytes_read = rest.position
@@ -438,9 +397,7 @@ def _read_uncompressed(stream: _Prefixed, warc_file: str, ctx: ReadContext, stat
             it.read_to_end(record)
             offset, length = it.get_record_offset(), it.get_record_length()
             if offset > end and stream.recent(end, offset).strip(b"\r\n"):
-                stats.records["rejected"] += 1
-                stats.rejects[GARBAGE_BYTES] += 1
-                yield "reject", _reject(ctx, warc_file, end, offset - end, GARBAGE_BYTES, "bytes between records")
+                yield _reject(stats, ctx, warc_file, end, offset - end, GARBAGE_BYTES, "bytes between records")
             end = offset + length
             if payload is None:
                 stats.records[record.rec_type or "unknown"] += 1
@@ -449,24 +406,18 @@ def _read_uncompressed(stream: _Prefixed, warc_file: str, ctx: ReadContext, stat
         while stream.read(CHUNK_BYTES):  # to EOF: what follows the last record must be blank too
             pass
         if stream.position > end and stream.recent(end, stream.position).strip(b"\r\n"):
-            stats.records["rejected"] += 1
-            stats.rejects[GARBAGE_BYTES] += 1
             detail = "bytes after the last record"
-            yield "reject", _reject(ctx, warc_file, end, stream.position - end, GARBAGE_BYTES, detail)
+            yield _reject(stats, ctx, warc_file, end, stream.position - end, GARBAGE_BYTES, detail)
     except Exception as exc:  # noqa: BLE001
         reason = NOT_WARC if end == 0 and not stats.records else UNREADABLE_RECORD
-        stats.records["rejected"] += 1
-        stats.rejects[reason] += 1
-        yield "reject", _reject(ctx, warc_file, end, None, reason, f"{type(exc).__name__}: {exc}")
+        yield _reject(stats, ctx, warc_file, end, None, reason, f"{type(exc).__name__}: {exc}")
 
 
 def _response_item(ctx, warc_file: str, offset: int, length: int, record, payload: bytes, stats: FileStats) -> Item:
     row = _record_to_row(ctx, warc_file, offset, length, record, payload)
     if row["payload_digest_verified"] is False:
-        stats.records["rejected"] += 1
-        stats.rejects[PAYLOAD_DIGEST_MISMATCH] += 1
         detail = f"declared {row['payload_digest_declared']}"
-        return "reject", _reject(ctx, warc_file, offset, length, PAYLOAD_DIGEST_MISMATCH, detail, record.rec_headers)
+        return _reject(stats, ctx, warc_file, offset, length, PAYLOAD_DIGEST_MISMATCH, detail, record.rec_headers)
     stats.records["response"] += 1
     return "row", row
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 
 def cpu_seconds() -> float:
-    """User+system CPU of this process and every child it has reaped (the extractor sandbox)."""
+    """User+system CPU of this process and every child it has reaped (the extractor sandbox). bench/curate.py
+    imports these process-accounting helpers from here: this script cannot import bench (datatrove's venv)."""
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         ru = resource.getrusage(who)
@@ -41,7 +42,7 @@ def become_subreaper() -> None:
 
 def reap_all(timeout_s: float = 10.0) -> int:
     """Wait for every remaining descendant (their CPU then counts); returns how many were still running."""
-    gc.collect()
+    gc.collect()  # weakref finalizers of worker handles close their processes
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -49,7 +50,7 @@ def reap_all(timeout_s: float = 10.0) -> int:
         except ChildProcessError:
             return 0
         if pid == 0:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline:  # something still runs: reported, not hidden
                 return sum(len(Path(t, "children").read_text().split()) for t in Path("/proc/self/task").iterdir())
             time.sleep(0.05)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import io
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -14,8 +13,6 @@ import dagster as dg
 import kenlm
 import pyarrow.compute as pc
 import pytest
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
 from assets.curated import curate
 from assets.curated import defs as curated_defs
@@ -35,6 +32,7 @@ from iceberg_catalog.schemas import (
     RAW_WARC_RECORDS,
 )
 from resources import IcebergCatalogResource, LanguageModelResource, LocalCrawlSource, TaskExecutorResource
+from tests.curated.warc_records import response_record
 
 from conftest import SAMPLE_CRAWL
 
@@ -287,23 +285,6 @@ def test_a_crash_between_the_maps_commits_nothing_and_leaves_only_orphans(
     assert sorted(Path(p).name for p in removed) == staged and partition_files(lakehouse) == committed
 
 
-def _response(url: str, body: bytes, content_type: str = "text/html; charset=utf-8", status: str = "200 OK") -> bytes:
-    buf = io.BytesIO()
-    writer = WARCWriter(buf, gzip=True)
-    http = StatusAndHeaders(
-        status, [("Content-Type", content_type), ("Content-Length", str(len(body)))], protocol="HTTP/1.1"
-    )
-    rec = writer.create_warc_record(
-        url,
-        "response",
-        payload=io.BytesIO(body),
-        http_headers=http,
-        warc_headers_dict={"WARC-Record-ID": f"<urn:uuid:{uuid.UUID(int=len(body))}>"},
-    )
-    writer.write_record(rec)
-    return buf.getvalue()
-
-
 def test_hostile_pages_get_a_reason_and_the_partition_completes(
     tokenlake_home, instance, crawl_root, reference_lm_file
 ):
@@ -311,14 +292,16 @@ def test_hostile_pages_get_a_reason_and_the_partition_completes(
     start = real.index(b"<html")
     page = real[start : real.index(b"</html>", start) + 7]
     records = [
-        _response("http://example.org/nested", b"<html><body>" + b"<div>" * 100_000 + b"deep" + b"</div>" * 100_000),
-        _response("http://example.org/huge", b"<html><body><p>" + b"word " * 4_200_000 + b"</p></body></html>"),
-        _response("http://example.org/binary", bytes(range(256)) * 2000, "text/html"),
-        _response(
+        response_record(
+            "http://example.org/nested", b"<html><body>" + b"<div>" * 100_000 + b"deep" + b"</div>" * 100_000
+        ),
+        response_record("http://example.org/huge", b"<html><body><p>" + b"word " * 4_200_000 + b"</p></body></html>"),
+        response_record("http://example.org/binary", bytes(range(256)) * 2000, "text/html"),
+        response_record(
             "http://example.org/bad-utf8", page.replace(b"<html", b"<html>\xff\xfe\xc3\x28"), "text/html; charset=utf-8"
         ),
-        _response("http://example.org/wrong-charset", page, "text/html; charset=utf-16"),
-        _response("http://example.org/not-found", page, status="404 Not Found"),
+        response_record("http://example.org/wrong-charset", page, "text/html; charset=utf-16"),
+        response_record("http://example.org/not-found", page, status="404 Not Found"),
     ]
     root = crawl_root({"HOSTILE/seg": {"hostile.warc.gz": b"".join(records)}})
     curate_segments(instance, root, ["HOSTILE/seg"], reference_lm_file)

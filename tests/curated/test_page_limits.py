@@ -10,14 +10,12 @@ Each step runs in its own process (this file as a script) so its peak RSS (`ru_m
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -34,26 +32,6 @@ EXTRA_RSS_BOUND_MB = 400
 WORKER_RSS_BOUND_MB = 1024
 
 pytestmark = pytest.mark.slow  # four processes, two curations: ~40 s on 2 cores
-
-
-def _response(url: str, body: bytes) -> bytes:
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    buf = io.BytesIO()
-    writer = WARCWriter(buf, gzip=True)
-    http = StatusAndHeaders(
-        "200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(body)))], "HTTP/1.1"
-    )
-    rec = writer.create_warc_record(
-        url,
-        "response",
-        payload=io.BytesIO(body),
-        http_headers=http,
-        warc_headers_dict={"WARC-Record-ID": f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, url)}>"},
-    )
-    writer.write_record(rec)
-    return buf.getvalue()
 
 
 def pages(pathological: bool) -> dict[str, bytes]:
@@ -109,10 +87,13 @@ def run_step(name: str, root: Path, home: Path, lm: str) -> dict:
 
 
 def build(tmp: Path, pathological: bool, lm: str) -> tuple[Path, dict, dict]:
+    # not at the top: this file also runs as a script (`step`), before the repository is on sys.path
+    from tests.curated.warc_records import response_record
+
     root, home = tmp / "crawl", tmp / "home"
     warc = root / "crawl-data" / "LIMITS" / "segments" / "seg" / "warc" / "limits.warc.gz"
     warc.parent.mkdir(parents=True)
-    warc.write_bytes(b"".join(_response(url, body) for url, body in pages(pathological).items()))
+    warc.write_bytes(b"".join(response_record(url, body) for url, body in pages(pathological).items()))
     return home, run_step("raw_ingest", root, home, lm), run_step("curate", root, home, lm)
 
 

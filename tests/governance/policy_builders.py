@@ -6,8 +6,6 @@ real embedded catalog."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pyarrow as pa
 
 from assets.curated.langid import language_decision
@@ -15,7 +13,7 @@ from assets.curated.pipeline import CurateParams
 from assets.curated.quality import quality_decision, quality_signals
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.schemas import CURATED_DOCUMENTS
-from tests.run_view.builders import paragraphs
+from tests.run_view.builders import document_ids, paragraphs
 
 SEGMENTS = ("CRAWL-A/seg-1", "CRAWL-B/seg-1")
 HOSTS = ("en.wikipedia.org", "example.com", "news.example.de", "blog.example.org")
@@ -50,7 +48,6 @@ def document_rows(n: int = 72, params: CurateParams = CurateParams()) -> list[di
     for i, text in enumerate(texts(n)):
         crawl, segment = SEGMENTS[i % len(SEGMENTS)].split("/")
         url = f"https://{HOSTS[i % len(HOSTS)]}/doc/{i}"
-        doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
         signals = quality_signals(text)
         language, score = ("en", 0.55 + (i * 37 % 45) / 100)
         reason = language_decision(language, score, params.language_threshold, None) or quality_decision(
@@ -58,11 +55,7 @@ def document_rows(n: int = 72, params: CurateParams = CurateParams()) -> list[di
         )
         rows.append(
             {
-                "doc_id": doc_id,
-                "record_id": f"<urn:uuid:{doc_id}>",
-                "deletion_key": hashlib.sha256(url.encode()).hexdigest(),
-                "crawl": crawl,
-                "segment": segment,
+                **document_ids(url, crawl, segment),
                 "url": url,
                 "host": HOSTS[i % len(HOSTS)],
                 "domain_class": DOMAIN_CLASSES[i % len(DOMAIN_CLASSES)],

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from assets.run_view import store
 from assets.run_view.mixture import Component
-from assets.tokenized.tokens import encode_documents, load_tokenizer, tokens_checksum
+from assets.tokenized.tokens import encode_documents, load_tokenizer, tokenizer_row, tokens_checksum
 from iceberg_catalog import TABLES, Lakehouse, Provenance, TableDef
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
@@ -48,6 +48,18 @@ def provenance(asset_key: str, run_id: str = "test-run") -> Provenance:
     return Provenance(asset_key, None, run_id, "test", "test")
 
 
+def document_ids(url: str, crawl: str, segment: str) -> dict:
+    """The identity columns of a made-up document, all derived from its URL (the same URL, the same ids)."""
+    doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
+    return {
+        "doc_id": doc_id,
+        "record_id": f"<urn:uuid:{doc_id}>",
+        "deletion_key": hashlib.sha256(url.encode()).hexdigest(),
+        "crawl": crawl,
+        "segment": segment,
+    }
+
+
 def _write(
     lakehouse: Lakehouse, t: TableDef | str, partition: dict, rows: list[dict], row_group_rows: int | None = None
 ) -> int:
@@ -74,17 +86,7 @@ def write_documents(
         lakehouse,
         TOKENIZED_TOKENIZERS,
         {"tokenizer_id": info.tokenizer_id},
-        [
-            {
-                "tokenizer_id": info.tokenizer_id,
-                "name": "gpt2",
-                "vocab_size": info.vocab_size,
-                "eos_id": info.eos_id,
-                "bos_id": info.bos_id,
-                "token_dtype": info.token_dtype,
-                "tokenizer_json": lt.json_text,
-            }
-        ],
+        tokenizer_row(lt).to_pylist(),
     )
     texts = [p[:max_chars] if max_chars else p for p in paragraphs()[first : first + n_docs]]
     if len(texts) < n_docs:
@@ -94,14 +96,9 @@ def write_documents(
     for i, (text, arr) in enumerate(zip(texts, arrays)):
         crawl, segment = segments[i % len(segments)].split("/")
         url = f"https://en.wikipedia.org/wiki/p{first + i}"
-        doc_id = hashlib.sha256(url.encode()).hexdigest()[:32]
         docs.append(
             {
-                "doc_id": doc_id,
-                "record_id": f"<urn:uuid:{doc_id}>",
-                "deletion_key": hashlib.sha256(url.encode()).hexdigest(),
-                "crawl": crawl,
-                "segment": segment,
+                **document_ids(url, crawl, segment),
                 "url": url,
                 "text": text,
                 "tokens": arr.tobytes(),
