@@ -33,6 +33,7 @@ from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds
 from assets.governance import policies
 from assets.governance.policies import Policy, canonical_json, sha256_hex
 from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog.keyed_rows import get_row, put_row
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_PROPOSALS, TOKENIZED_DOCUMENTS
 
 if TYPE_CHECKING:  # polars (~0.2 s) is imported where a dry run or a check runs, not by every process
@@ -181,15 +182,9 @@ def draft(
     return row
 
 
-def _write(lakehouse: Lakehouse, row: Mapping, provenance: Provenance) -> None:
-    writer = lakehouse.writer(GOVERNANCE_PROPOSALS, {"proposal_id": row["proposal_id"]})
-    writer.write(pa.Table.from_pylist([dict(row)], schema=GOVERNANCE_PROPOSALS.arrow_schema))
-    writer.commit(provenance)
-
-
 def load(lakehouse: Lakehouse, proposal_id: str) -> dict | None:
-    rows = lakehouse.scan(GOVERNANCE_PROPOSALS, row_filter=EqualTo("proposal_id", proposal_id)).to_pylist()
-    return rows[0] if rows else None
+    """The proposal's row (None for an unknown id)."""
+    return get_row(lakehouse, GOVERNANCE_PROPOSALS, proposal_id)
 
 
 def require(lakehouse: Lakehouse, proposal_id: str) -> dict:
@@ -207,7 +202,7 @@ def list_proposals(lakehouse: Lakehouse, status: str | None = None) -> list[dict
 
 def _update(lakehouse: Lakehouse, row: Mapping, provenance: Provenance, **changes) -> dict:
     out = {**row, **changes}
-    _write(lakehouse, out, provenance)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, out, provenance)
     return out
 
 
@@ -246,7 +241,7 @@ def propose(
         raise ValueError(f"the proposed {kind} policy equals the active version {base.label}: nothing to propose")
     report = dry_run(lakehouse, kind, base.policy, new)
     row = draft(kind, base, new, proposed_by, report, proposer_input, tool_outputs, reason)
-    _write(lakehouse, row, provenance)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, row, provenance)
     return row
 
 
@@ -278,7 +273,7 @@ def propose_rollback(
     report = dry_run(lakehouse, orig["kind"], base.policy, parent.policy)
     reason = reason or f"roll back {proposal_id}: restore {parent.label}"
     row = draft(orig["kind"], base, parent.policy, proposed_by, report, None, None, reason, rollback_of=proposal_id)
-    _write(lakehouse, row, provenance)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, row, provenance)
     return row
 
 
@@ -287,7 +282,7 @@ def propose_report(
 ) -> dict:
     """Record a report (findings for a reviewer, e.g. funnel drift); it can be reviewed, never applied."""
     row = draft(REPORT, None, {}, proposed_by, findings, reason=reason)
-    _write(lakehouse, row, provenance)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, row, provenance)
     return row
 
 
