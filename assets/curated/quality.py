@@ -626,13 +626,21 @@ def quality_decision(signals: Mapping, t: QualityThresholds = QualityThresholds(
     return next(_failures(signals, t), None)
 
 
-def _failures(signals: Mapping, t: QualityThresholds) -> Iterator[str]:
+def enabled_rules(t: QualityThresholds) -> Iterator[tuple[str, str, str, float]]:
+    """The rules `t` enables, in order, as (reason, signal column, comparison, limit): a rule whose limit is None
+    is off, and the C4 punctuation rule reads the plain signal when `c4_filter_no_terminal_punct` is off. The
+    pipeline and the governance dry-run both decide through this."""
     for reason, signal, op, field in _RULES:
         limit = getattr(t, field)
         if limit is None:
             continue
         if signal.endswith("_terminal") and not t.c4_filter_no_terminal_punct:
             signal = signal[: -len("_terminal")]
+        yield reason, signal, op, limit
+
+
+def _failures(signals: Mapping, t: QualityThresholds) -> Iterator[str]:
+    for reason, signal, op, limit in enabled_rules(t):
         try:
             value = signals[signal]
         except KeyError:

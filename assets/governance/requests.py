@@ -22,6 +22,7 @@ from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
     GOVERNANCE_DELETION_REQUESTS,
     RAW_WARC_RECORDS,
+    TABLES,
     TOKENIZED_DOCUMENTS,
 )
 
@@ -167,8 +168,6 @@ def union(keys: Iterable[LineageKeys]) -> LineageKeys:
 def erasable_tables() -> list[tuple]:
     """(table, its lineage columns) for every table holding one: the tables a deletion reaches (the asset graph
     declares erasure on exactly these columns; propagate.plan checks the declarations)."""
-    from iceberg_catalog.schemas import TABLES
-
     out = []
     for ident in sorted(TABLES):
         columns = tuple(c for c in LINEAGE_COLUMNS if c in TABLES[ident].arrow_schema.names)
