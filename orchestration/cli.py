@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 
 from assets.governance.requests import KEY_TYPES
 from iceberg_catalog import TABLES, Lakehouse, Provenance
+from orchestration.instance import run_local_job
 
 
 def cmd_tables(_args) -> int:
@@ -155,27 +156,12 @@ def cmd_runview_show(args) -> int:
 
 
 def _run_job(name: str, op: str, config: dict, source: str):
-    """Execute a job in-process on the local instance (it appears in the UI's run history)."""
-    import dagster as dg
-
-    from orchestration.instance import prepare_dagster_home
-
-    prepare_dagster_home()
-    from orchestration.definitions import defs
-
-    with dg.DagsterInstance.get() as instance:
-        res = defs.resolve_job_def(name).execute_in_process(
-            instance=instance,
-            run_config={"ops": {op: {"config": config}}},
-            raise_on_error=False,
-            tags={"tokenlake/source": source},
-        )
-    if not res.success:
-        failure = next((e for e in res.all_events if e.event_type_value == "STEP_FAILURE"), None)
-        reason = failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
-        print(f"{name} failed: {reason}", file=sys.stderr)
+    """The op's output of a job run on the local instance (in the UI's run history); None, said why, on failure."""
+    ok, out = run_local_job(name, op, config, source)
+    if not ok:
+        print(f"{name} failed: {out}", file=sys.stderr)
         return None
-    return res.output_for_node(op)
+    return out
 
 
 def cmd_runview_decide(args) -> int:

@@ -31,7 +31,7 @@ from iceberg_catalog.schemas import (
     TOKENIZED_TOKENIZERS,
 )
 from orchestration.flow import STEPS, Step
-from orchestration.instance import prepare_dagster_home
+from orchestration.instance import execute_job, prepare_dagster_home
 from orchestration.progress import MeteredExecutorResource, RunMeter, native_stderr_captured
 
 DEMO_TOKENIZER = "gpt2"
@@ -64,15 +64,10 @@ def run_job(
     run: a progress bar of what its tasks produce while it runs (a TTY only), then the count, rate and time;
     Dagster's own events only with `--verbose` (they are in the run's log in the UI either way)."""
     label = f"{name}" + (f" {partition_key}" if partition_key else "")
-    quiet = {} if VERBOSE else {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    metered = {"executor": MeteredExecutorResource.like(defs.resources["executor"])}
     with RunMeter(label, name) as meter, native_stderr_captured(not VERBOSE) as stderr:
-        res = defs.resolve_job_def(name).execute_in_process(
-            instance=instance,
-            partition_key=partition_key,
-            run_config={**(run_config or {}), **quiet},
-            tags={"tokenlake/source": "make demo"},
-            resources={"executor": MeteredExecutorResource.like(defs.resources["executor"])},
-            raise_on_error=False,
+        res = execute_job(
+            defs, instance, name, "make demo", partition_key, run_config, quiet=not VERBOSE, resources=metered
         )
         stderr.failed = not res.success
     meter.close(res.success, rows=materialised_rows(res))

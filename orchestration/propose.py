@@ -25,32 +25,7 @@ from pathlib import Path
 
 from iceberg_catalog import Lakehouse
 from iceberg_catalog.schemas import CURATED_DOCUMENTS
-
-
-def run_job(name: str, op: str | None, config: dict | None, source: str, partition_key: str | None = None):
-    """Execute a job in-process on the local instance; (ok, the op's output or the failure message)."""
-    import dagster as dg
-
-    from orchestration.instance import prepare_dagster_home
-
-    prepare_dagster_home()
-    from orchestration.definitions import defs
-
-    run_config = {"ops": {op: {"config": config}}} if op else {}
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-    with dg.DagsterInstance.get() as instance:
-        res = defs.resolve_job_def(name).execute_in_process(
-            instance=instance,
-            run_config={**run_config, **quiet},
-            partition_key=partition_key,
-            raise_on_error=False,
-            tags={"tokenlake/source": source},
-        )
-    if not res.success:
-        failure = next((e for e in res.all_events if e.event_type_value == "STEP_FAILURE"), None)
-        message = failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
-        return False, message.removeprefix("dagster._core.definitions.events.Failure: ")
-    return True, res.output_for_node(op) if op else None
+from orchestration.instance import run_local_job
 
 
 def _read(path: str | None) -> str:
@@ -66,9 +41,14 @@ def _propose(kind: str, args, **fields) -> int:
         "reason": args.reason,
         **fields,
     }
-    ok, out = run_job("propose_policy", "record_proposal", config, "tokenlake propose")
+    return _record_proposal(config, "tokenlake propose", "propose")
+
+
+def _record_proposal(config: dict, source: str, what: str) -> int:
+    """Run propose_policy with `config`, then show the recorded proposal briefly (or why it was refused)."""
+    ok, out = run_local_job("propose_policy", "record_proposal", config, source)
     if not ok:
-        print(f"propose refused: {out}", file=sys.stderr)
+        print(f"{what} refused: {out}", file=sys.stderr)
         return 1
     print_proposal(out, brief=True)
     return 0
@@ -158,7 +138,7 @@ def cmd_decide(args) -> int:
         "decision": args.decision,
         "comment": args.comment,
     }
-    ok, out = run_job("review_proposal", "decide_proposal", config, "tokenlake proposals")
+    ok, out = run_local_job("review_proposal", "decide_proposal", config, "tokenlake proposals")
     if not ok:
         print(f"review_proposal refused: {out}", file=sys.stderr)
         return 1
@@ -168,7 +148,9 @@ def cmd_decide(args) -> int:
 
 def apply_and_verify(proposal_id: str) -> tuple[bool, object]:
     """apply_proposal, then curate for each affected partition and exact_dedup, then verify_proposal."""
-    ok, parts = run_job("apply_proposal", "apply_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply")
+    ok, parts = run_local_job(
+        "apply_proposal", "apply_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply"
+    )
     if not ok:
         return False, parts
     ok, out = _materialise_policy(proposal_id)
@@ -176,14 +158,14 @@ def apply_and_verify(proposal_id: str) -> tuple[bool, object]:
         return False, out
     for part in parts:
         print(f"  re-materialising curated/documents {part}", flush=True)
-        ok, out = run_job("curate", None, None, "tokenlake proposals apply", partition_key=part)
+        ok, out = run_local_job("curate", None, None, "tokenlake proposals apply", partition_key=part)
         if not ok:
             return False, f"curate {part}: {out}"
     if parts:
-        ok, out = run_job("exact_dedup", None, None, "tokenlake proposals apply")
+        ok, out = run_local_job("exact_dedup", None, None, "tokenlake proposals apply")
         if not ok:
             return False, f"exact_dedup: {out}"
-    return run_job("verify_proposal", "verify_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply")
+    return run_local_job("verify_proposal", "verify_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply")
 
 
 def _materialise_policy(proposal_id: str) -> tuple[bool, object]:
@@ -194,10 +176,10 @@ def _materialise_policy(proposal_id: str) -> tuple[bool, object]:
     row = proposals.load(Lakehouse(), proposal_id)
     if row["kind"] == "mixture":
         print("  building run_view/candidate under the new mixture version", flush=True)
-        return run_job("run_view_candidate", None, None, "tokenlake proposals apply")
+        return run_local_job("run_view_candidate", None, None, "tokenlake proposals apply")
     for rid in proposals.deletion_requests(row):
         print(f"  propagating deletion request {rid}", flush=True)
-        ok, out = run_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake proposals apply")
+        ok, out = run_local_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake proposals apply")
         if not ok:
             return False, f"propagate {rid}: {out}"
     return True, None
@@ -224,7 +206,9 @@ def cmd_apply(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    ok, out = run_job("verify_proposal", "verify_policy", {"proposal_id": args.proposal_id}, "tokenlake proposals")
+    ok, out = run_local_job(
+        "verify_proposal", "verify_policy", {"proposal_id": args.proposal_id}, "tokenlake proposals"
+    )
     if not ok:
         print(f"verify failed: {out}", file=sys.stderr)
         return 1
@@ -234,12 +218,7 @@ def cmd_verify(args) -> int:
 
 def cmd_rollback(args) -> int:
     config = {"kind": "rollback", "rollback_of": args.proposal_id, "proposed_by": args.by, "reason": args.reason}
-    ok, out = run_job("propose_policy", "record_proposal", config, "tokenlake proposals rollback")
-    if not ok:
-        print(f"rollback refused: {out}", file=sys.stderr)
-        return 1
-    print_proposal(out, brief=True)
-    return 0
+    return _record_proposal(config, "tokenlake proposals rollback", "rollback")
 
 
 def _proposer_args(p: argparse.ArgumentParser) -> None:

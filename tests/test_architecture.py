@@ -124,9 +124,6 @@ def test_folder_group_namespace_and_pool_agree():
 # --- imports point one way --------------------------------------------------------------------------------
 
 GRAPH_PACKAGES = ("assets", "resources", "orchestration", "loader", "iceberg_catalog")
-# states whose import cycle is being removed on another branch (issue 37, item 1): delete the name once it lands
-STATES_UNDER_REPAIR = ("governance",)
-CHECKED_STATES = tuple(s for s in STATES if s not in STATES_UNDER_REPAIR)
 
 
 def module_name(path: Path) -> str:
@@ -203,7 +200,7 @@ def test_no_defs_module_imports_another_states_defs():
     crossing = sorted(
         f"{m} imports {t}"
         for m, targets in graph.items()
-        if state_of(m) in CHECKED_STATES and m.endswith(".defs")
+        if state_of(m) is not None and m.endswith(".defs")
         for t in targets
         if t.endswith(".defs") and state_of(t) not in (None, state_of(m))
     )
@@ -221,8 +218,34 @@ def test_the_import_graph_has_no_cycle_in_iceberg_catalog():
 def test_the_import_graph_has_no_cycle_between_states():
     def node_of(module: str) -> str | None:
         state = state_of(module)
-        return module if state is None else None if state in STATES_UNDER_REPAIR else f"assets.{state}"
+        return module if state is None else f"assets.{state}"
 
     graph = collapsed(import_graph(), node_of)
-    found = cycles(graph, [f"assets.{s}" for s in CHECKED_STATES])
+    found = cycles(graph, [f"assets.{s}" for s in STATES])
     assert not found, f"import cycles between state packages (function-level imports count): {found}"
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), set()) - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_governance_is_imported_by_nothing_it_governs():
+    """Governance writes policies and proposals and imports the states; the states read the active policy through
+    iceberg_catalog.policy_store, a leaf below them."""
+    graph = import_graph()
+    importers = sorted(
+        m
+        for m, targets in graph.items()
+        if not m.startswith(("assets.governance", "orchestration"))
+        and any(state_of(t) == "governance" for t in targets)
+    )
+    assert not importers, (
+        f"these modules import governance (read policies via iceberg_catalog.policy_store): {importers}"
+    )
+    assert not {m for m in reachable(graph, "iceberg_catalog.policy_store") if m.startswith("assets")}

@@ -14,7 +14,7 @@ from assets import shell
 from assets.curated import curate, domain, models
 from assets.curated.ngram_lm import build_reference_lm
 from assets.curated.pipeline import CurateParams
-from assets.governance.policies import governed_params, policy_stamp
+from assets.curated.policy import governed_params, thresholds_stamp
 from assets.partitions import crawl_segments
 from assets.plots import histogram_markdown
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
@@ -345,9 +345,7 @@ def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogR
     lakehouse = catalog.lakehouse()
     upstream = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
     found = curate.exact_duplicates(lakehouse, upstream[CURATED_DOCUMENTS.identifier])
-    prov = provenance(
-        context, EXACT_DUPLICATES, curate.EXACT_DEDUP_CONFIG, upstream, policy_stamp(lakehouse, "thresholds")
-    )
+    prov = provenance(context, EXACT_DUPLICATES, curate.EXACT_DEDUP_CONFIG, upstream, thresholds_stamp(lakehouse))
     commit = curate.commit_exact_duplicates(lakehouse, found, prov)
     n_dup = found.rows.num_rows
     context.log.info("%d exact duplicates among %d kept documents", n_dup, found.kept)

@@ -13,7 +13,7 @@ from functools import lru_cache
 from multiprocessing import get_context
 
 from assets.curated.domain import label_domains
-from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, shared_extractor
+from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, DEFAULT_TIMEOUT_S, shared_extractor
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
 from assets.curated.language_rules import check_rules_table, rules_for
 from assets.curated.perplexity import HEAD_PCT, TAIL_PCT, PerplexityScorer
@@ -54,7 +54,7 @@ class CurateParams:
         QualityThresholds(), "quality thresholds (published defaults: Gopher, C4, FineWeb); null disables a rule"
     )
     extract_timeout_s: float = knob(
-        5.0,
+        DEFAULT_TIMEOUT_S,
         "CPU seconds per page: a safety net for pathological pages, well above "
         "what ordinary pages need (the sample crawl's slowest takes ~1.8 s), so "
         "no decision depends on timing jitter",

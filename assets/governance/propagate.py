@@ -11,11 +11,12 @@ from datetime import UTC, datetime
 
 from pyiceberg.expressions import AlwaysFalse, In
 
-from assets.governance.requests import LineageKeys, load_request, policy_version_of, resolve, write_request_row
+from assets.governance.requests import LineageKeys, load_request, policy_version_of, resolve
 from assets.run_view import store
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.commit import POLICY_VERSION, carried_policy_versions
 from iceberg_catalog.erasure import ERASURE_KEY, LINEAGE_COLUMNS
+from iceberg_catalog.keyed_rows import put_row
 from iceberg_catalog.maintenance import (
     count_matching_in_retained_snapshots,
     erase_rows,
@@ -23,7 +24,7 @@ from iceberg_catalog.maintenance import (
     remove_refs,
 )
 from iceberg_catalog.run_view_contract import TAG_PREFIX, tag_name
-from iceberg_catalog.schemas import RUN_VIEW_SAMPLES, TABLES, TableDef
+from iceberg_catalog.schemas import GOVERNANCE_DELETION_REQUESTS, RUN_VIEW_SAMPLES, TABLES, TableDef
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ def propagate(lakehouse: Lakehouse, request_id: str, targets: Sequence[ErasureTa
         "report_json": json.dumps(report, sort_keys=True),
     }
     if request["status"] != "completed":
-        write_request_row(lakehouse, done, props)
+        put_row(lakehouse, GOVERNANCE_DELETION_REQUESTS, done, props)
     return report
 
 

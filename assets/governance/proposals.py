@@ -28,11 +28,17 @@ from pyiceberg.expressions import EqualTo, In
 
 from assets.curated.langid import DECISION_LANGUAGE_NOT_ALLOWED, DECISION_LANGUAGE_SCORE
 from assets.curated.language_rules import rules_for
+from assets.curated.policy import quality_thresholds
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_rules
 from assets.governance import policies
-from assets.governance.policies import Policy, canonical_json, sha256_hex
+from assets.governance.requests import file_standing_rules, load_request, reach
+from assets.run_view import store
+from assets.run_view.mixture import Component, MixtureError, select
 from iceberg_catalog import Lakehouse, Provenance
-from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_PROPOSALS, TOKENIZED_DOCUMENTS
+from iceberg_catalog.keyed_rows import get_row, put_row
+from iceberg_catalog.policy_store import Policy, sha256_hex
+from iceberg_catalog.run_view_contract import canonical_json
+from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_PROPOSALS, TOKENIZED_DOCUMENTS, TOKENIZED_TOKENIZERS
 
 if TYPE_CHECKING:  # polars (~0.2 s) is imported where a dry run or a check runs, not by every process
     import polars as pl
@@ -134,6 +140,16 @@ def diff(old: object, new: object, path: str = "") -> list[dict]:
     return [] if old == new else [{"path": path, "old": old, "new": new}]
 
 
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """What comes with a proposal besides the policy, frozen with it: the input the proposer was given and its
+    tool outputs (verbatim), and the reason."""
+
+    proposer_input: str | None = None
+    tool_outputs: str | None = None
+    reason: str | None = None
+
+
 def frozen_sha256(row: Mapping) -> str:
     """sha256 of the canonical JSON of the frozen fields: what a reviewer approves."""
     frozen = {k: row[k] for k in FROZEN}
@@ -147,9 +163,7 @@ def draft(
     new_policy: Mapping,
     proposed_by: str,
     dry_run: Mapping,
-    proposer_input: str | None = None,
-    tool_outputs: str | None = None,
-    reason: str | None = None,
+    note: Note = Note(),
     rollback_of: str | None = None,
 ) -> dict:
     """A proposal row with status `proposed`, its sha256 and id (`prop-` + 16 hex of the sha256)."""
@@ -163,9 +177,7 @@ def draft(
         "new_json": canonical_json(new_policy),
         "diff_json": canonical_json(diff(old, dict(new_policy))),
         "proposed_by": proposed_by.strip(),
-        "proposer_input": proposer_input,
-        "tool_outputs": tool_outputs,
-        "reason": reason,
+        **dataclasses.asdict(note),
         "dry_run_json": canonical_json(dry_run),
         "rollback_of": rollback_of,
         "created_at": datetime.now(UTC),
@@ -180,15 +192,9 @@ def draft(
     return row
 
 
-def _write(lakehouse: Lakehouse, row: Mapping, provenance: Provenance) -> None:
-    writer = lakehouse.writer(GOVERNANCE_PROPOSALS, {"proposal_id": row["proposal_id"]})
-    writer.write(pa.Table.from_pylist([dict(row)], schema=GOVERNANCE_PROPOSALS.arrow_schema))
-    writer.commit(provenance)
-
-
 def load(lakehouse: Lakehouse, proposal_id: str) -> dict | None:
-    rows = lakehouse.scan(GOVERNANCE_PROPOSALS, row_filter=EqualTo("proposal_id", proposal_id)).to_pylist()
-    return rows[0] if rows else None
+    """The proposal's row (None for an unknown id)."""
+    return get_row(lakehouse, GOVERNANCE_PROPOSALS, proposal_id)
 
 
 def require(lakehouse: Lakehouse, proposal_id: str) -> dict:
@@ -206,7 +212,7 @@ def list_proposals(lakehouse: Lakehouse, status: str | None = None) -> list[dict
 
 def _update(lakehouse: Lakehouse, row: Mapping, provenance: Provenance, **changes) -> dict:
     out = {**row, **changes}
-    _write(lakehouse, out, provenance)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, out, provenance)
     return out
 
 
@@ -234,9 +240,7 @@ def propose(
     new_policy: Mapping,
     proposed_by: str,
     provenance: Provenance,
-    proposer_input: str | None = None,
-    tool_outputs: str | None = None,
-    reason: str | None = None,
+    note: Note = Note(),
 ) -> dict:
     """Record a proposal to replace the active `kind` policy with `new_policy`, with its dry-run."""
     base = policies.active(lakehouse, kind)
@@ -244,17 +248,17 @@ def propose(
     if new == base.policy:
         raise ValueError(f"the proposed {kind} policy equals the active version {base.label}: nothing to propose")
     report = dry_run(lakehouse, kind, base.policy, new)
-    row = draft(kind, base, new, proposed_by, report, proposer_input, tool_outputs, reason)
-    _write(lakehouse, row, provenance)
+    row = draft(kind, base, new, proposed_by, report, note)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, row, provenance)
     return row
 
 
 def propose_threshold(
-    lakehouse: Lakehouse, name: str, value: object, proposed_by: str, provenance: Provenance, **kwargs
+    lakehouse: Lakehouse, name: str, value: object, proposed_by: str, provenance: Provenance, note: Note = Note()
 ) -> dict:
     """Propose changing one curation threshold (the Python API behind `tokenlake propose threshold`)."""
     base = policies.active(lakehouse, "thresholds")
-    return propose(lakehouse, "thresholds", set_threshold(base.policy, name, value), proposed_by, provenance, **kwargs)
+    return propose(lakehouse, "thresholds", set_threshold(base.policy, name, value), proposed_by, provenance, note)
 
 
 def propose_rollback(
@@ -275,9 +279,9 @@ def propose_rollback(
         )
     parent = policies.version(lakehouse, orig["kind"], orig["base_version"])
     report = dry_run(lakehouse, orig["kind"], base.policy, parent.policy)
-    reason = reason or f"roll back {proposal_id}: restore {parent.label}"
-    row = draft(orig["kind"], base, parent.policy, proposed_by, report, None, None, reason, rollback_of=proposal_id)
-    _write(lakehouse, row, provenance)
+    note = Note(reason=reason or f"roll back {proposal_id}: restore {parent.label}")
+    row = draft(orig["kind"], base, parent.policy, proposed_by, report, note, rollback_of=proposal_id)
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, row, provenance)
     return row
 
 
@@ -285,8 +289,8 @@ def propose_report(
     lakehouse: Lakehouse, findings: Mapping, proposed_by: str, provenance: Provenance, reason: str
 ) -> dict:
     """Record a report (findings for a reviewer, e.g. funnel drift); it can be reviewed, never applied."""
-    row = draft(REPORT, None, {}, proposed_by, findings, reason=reason)
-    _write(lakehouse, row, provenance)
+    row = draft(REPORT, None, {}, proposed_by, findings, Note(reason=reason))
+    put_row(lakehouse, GOVERNANCE_PROPOSALS, row, provenance)
     return row
 
 
@@ -395,8 +399,6 @@ def _mark_applied(lakehouse: Lakehouse, row: Mapping, policy: Policy, provenance
     report = json.loads(row["dry_run_json"])
     applied = {"policy_version": policy.label, "partitions": report.get("partitions", []), "verified": False}
     if row["kind"] == "deletion":  # the standing rules reach rows through deletion requests, propagated as any
-        from assets.governance.requests import file_standing_rules
-
         rules = policy.policy.get("rules", [])
         applied["deletion_requests"] = file_standing_rules(lakehouse, policy.label, rules, provenance)
     return _update(
@@ -465,8 +467,6 @@ def verify(lakehouse: Lakehouse, proposal_id: str, provenance: Provenance) -> di
 def _verify_mixture(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dict:
     """The newest run view candidate built under the applied mixture version against the dry-run's prediction
     (samples, tokens, realised shares); not verified until run_view/candidate was materialised under it."""
-    from assets.run_view import store
-
     policy = policies.version(lakehouse, "mixture", row["new_version"])
     for view in store.list_run_views(lakehouse):  # newest first
         manifest = store.load_manifest(lakehouse, view["run_view_id"])["manifest"]
@@ -490,8 +490,6 @@ def _verify_mixture(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dict
 def _verify_deletion(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dict:
     """The rows the applied deletion policy's requests deleted, per table, against the dry-run's prediction;
     not verified until every request was propagated."""
-    from assets.governance.requests import load_request
-
     requests = [load_request(lakehouse, rid) for rid in deletion_requests(row)]
     pending = [r["request_id"] for r in requests if r["status"] != "completed"]
     if pending:
@@ -539,7 +537,7 @@ def decision_expr(policy: Mapping, languages: Sequence[str | None] = ()) -> pl.E
     rest); null = kept."""
     import polars as pl
 
-    t = policies.quality_thresholds(policy)
+    t = quality_thresholds(policy)
     quality = quality_expr(t)
     for lang in sorted({x for x in languages if x}):
         own = rules_for(lang, t).thresholds
@@ -677,16 +675,12 @@ def _volume(lakehouse: Lakehouse, changed: pl.DataFrame, tokenized_snapshot: int
 def dry_run_mixture(lakehouse: Lakehouse, old: Mapping, new: Mapping) -> dict:
     """The realised token shares and view size of each mixture over the currently eligible documents (the same
     selection code as run_view/candidate, default tokenizer and seed)."""
-    from assets.run_view.mixture import Component, MixtureError, select
-    from assets.run_view.store import INPUT_TABLES, RunViewSpec, eligible_documents, resolve_tokenizer
-    from iceberg_catalog.schemas import TOKENIZED_TOKENIZERS
-
-    spec = RunViewSpec()
-    pinned = lakehouse.snapshot_ids(INPUT_TABLES)
+    spec = store.RunViewSpec()
+    pinned = lakehouse.snapshot_ids(store.INPUT_TABLES)
     out: dict = {"kind": "mixture", "pinned": pinned, "partitions": []}
     try:
-        tok = resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
-        docs, exclusions = eligible_documents(lakehouse, pinned, tok["tokenizer_id"])
+        tok = store.resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
+        docs, exclusions = store.eligible_documents(lakehouse, pinned, tok["tokenizer_id"])
     except ValueError as exc:
         return {**out, "error": str(exc)}
     out["eligible_documents"] = len(docs)
@@ -708,8 +702,6 @@ def dry_run_deletion(lakehouse: Lakehouse, new: Mapping) -> dict:
     """The rows the standing rules of a deletion policy would reach, in every table a deletion reaches,
     resolved through the lineage keys as a request is (applying files one request per rule that reaches rows,
     propagated by the deletion path; `verify` compares what it deleted with this)."""
-    from assets.governance.requests import reach
-
     return {"kind": "deletion", **reach(lakehouse, new.get("rules", [])), "partitions": []}
 
 

@@ -131,7 +131,7 @@ def served_steps(
     lakehouse: Lakehouse, run_view_id: str, doc_id: str, global_batch_size: int, epochs: Sequence[int]
 ) -> list[dict]:
     """Where the loader serves the document: (epoch, global step, sequence, token span) per piece."""
-    from loader import open_run_view, steps_serving
+    from loader import open_run_view, steps_serving  # torch: imported only where steps are asked for
 
     view = open_run_view(run_view_id, catalog=lakehouse)
     return [span._asdict() for span in steps_serving(view, doc_id, global_batch_size, epochs=tuple(epochs))]

@@ -11,17 +11,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysFalse, BooleanExpression, EqualTo, In, Or
 
 from assets.raw.urls import deletion_key, normalise_url
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.erasure import LINEAGE_COLUMNS
+from iceberg_catalog.keyed_rows import get_row, put_row
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
     GOVERNANCE_DELETION_REQUESTS,
     RAW_WARC_RECORDS,
+    TABLES,
     TOKENIZED_DOCUMENTS,
 )
 
@@ -82,8 +83,9 @@ def record(lakehouse: Lakehouse, request: DeletionRequest, provenance: Provenanc
     rid = request.request_id
     if load_request(lakehouse, rid) is not None:
         return rid
-    write_request_row(
+    put_row(
         lakehouse,
+        GOVERNANCE_DELETION_REQUESTS,
         {
             "request_id": rid,
             "key_type": request.key_type,
@@ -101,15 +103,9 @@ def record(lakehouse: Lakehouse, request: DeletionRequest, provenance: Provenanc
     return rid
 
 
-def write_request_row(lakehouse: Lakehouse, row: Mapping, provenance: Provenance) -> None:
-    writer = lakehouse.writer(GOVERNANCE_DELETION_REQUESTS, {"request_id": row["request_id"]})
-    writer.write(pa.Table.from_pylist([dict(row)], schema=GOVERNANCE_DELETION_REQUESTS.arrow_schema))
-    writer.commit(provenance)
-
-
 def load_request(lakehouse: Lakehouse, request_id: str) -> dict | None:
-    rows = lakehouse.scan(GOVERNANCE_DELETION_REQUESTS, row_filter=EqualTo("request_id", request_id)).to_pylist()
-    return rows[0] if rows else None
+    """The request's row (None for an unknown id)."""
+    return get_row(lakehouse, GOVERNANCE_DELETION_REQUESTS, request_id)
 
 
 def list_requests(lakehouse: Lakehouse, status: str | None = None) -> list[dict]:
@@ -172,8 +168,6 @@ def union(keys: Iterable[LineageKeys]) -> LineageKeys:
 def erasable_tables() -> list[tuple]:
     """(table, its lineage columns) for every table holding one: the tables a deletion reaches (the asset graph
     declares erasure on exactly these columns; propagate.plan checks the declarations)."""
-    from iceberg_catalog.schemas import TABLES
-
     out = []
     for ident in sorted(TABLES):
         columns = tuple(c for c in LINEAGE_COLUMNS if c in TABLES[ident].arrow_schema.names)

@@ -10,8 +10,8 @@ from typing import Any, Optional
 import dagster as dg
 import pydantic
 
-from assets.governance import policies
 from assets.plots import paired_bars_markdown
+from assets.run_view import policy as mixture_policy
 from assets.run_view import store
 from assets.run_view.mixture import Component
 from assets.shell import md_table, provenance, table_key
@@ -99,7 +99,7 @@ def _component(c) -> Component:
 def governed_spec(lakehouse: Lakehouse, spec: store.RunViewSpec) -> tuple[store.RunViewSpec, dict]:
     """The spec with the active mixture policy's components (unless the config's components are an ad-hoc
     experiment) and the snapshot properties naming the policy (`mixture/<n>` or `mixture/adhoc`)."""
-    components, stamp = policies.governed_mixture(lakehouse, [c.as_dict() for c in spec.components])
+    components, stamp = mixture_policy.governed_mixture(lakehouse, [c.as_dict() for c in spec.components])
     return dataclasses.replace(spec, components=tuple(Component(**c) for c in components)), stamp
 
 
@@ -113,10 +113,7 @@ def rebuild_spec(
         raise dg.Failure(f"rebuild_of: unknown run view {run_view_id!r}")
     context.log.info("rebuilding %s (%s) on the current inputs", run_view_id, old["status"])
     spec = store.spec_from_manifest(old["manifest"])
-    policy = old["manifest"].get("policy")
-    if policy is None:
-        return spec, policies.adhoc_stamp("mixture", {"components": [c.as_dict() for c in spec.components]})
-    return spec, {policies.VERSION_PROPERTY: policy["version"], policies.SHA_PROPERTY: policy["sha256"]}
+    return spec, mixture_policy.rebuild_stamp(old["manifest"].get("policy"), spec)
 
 
 @dg.asset(
@@ -143,7 +140,7 @@ def candidate(
     else:
         spec, stamp = governed_spec(lakehouse, config.spec())
     prov = provenance(context, CANDIDATE, spec.config(), extra=stamp)
-    policy = {"version": stamp[policies.VERSION_PROPERTY], "sha256": stamp[policies.SHA_PROPERTY]}
+    policy = mixture_policy.manifest_policy(stamp)
     result = store.build_candidate(lakehouse, spec, prov, supersedes=config.rebuild_of, policy=policy)
     s = result.manifest["samples"]
     context.log.info(

@@ -17,7 +17,7 @@ import pytest
 from assets.curated import defs as curated_defs
 from assets.curated import domain
 from assets.curated.pipeline import CurateParams
-from assets.governance.policies import governed_params
+from assets.curated.policy import governed_params
 from assets.run_view.mixture import Component, MixtureError, select
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.commit import config_hash

@@ -183,7 +183,7 @@ def test_a_policy_naming_another_rules_table_is_refused():
 def test_the_thresholds_policy_carries_the_switch_and_the_table():
     """The governance policy is built from QualityThresholds: the new fields are in it, and a policy stored
     before them (without the keys) still loads, with the English-only rules it was approved under."""
-    from assets.governance.policies import thresholds_of, with_thresholds
+    from assets.curated.policy import thresholds_of, with_thresholds
 
     policy = thresholds_of(CurateParams())
     assert policy["quality"]["per_language"] is True

@@ -11,6 +11,7 @@ from assets.governance import policies, proposals
 from assets.governance.provenance import provenance
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.digest import comparable, rows_digest
+from iceberg_catalog.policy_store import adhoc_label
 from iceberg_catalog.schemas import CURATED_DOCUMENTS
 
 from conftest import SAMPLE_CRAWL, materialize_segments
@@ -41,13 +42,11 @@ def test_curation_runs_under_the_active_version_and_says_which(tokenlake_home, i
 
     adhoc, props = curate(instance, root, reference_lm_file, quality=RELAXED)
     assert (
-        props["policy-version"] == policies.adhoc_label("thresholds") and adhoc != default
+        props["policy-version"] == adhoc_label("thresholds") and adhoc != default
     )  # the experiment keeps more documents
     lakehouse = Lakehouse()
     doc = lakehouse.scan(CURATED_DOCUMENTS, ("doc_id",)).to_pylist()[0]["doc_id"]
-    assert provenance(lakehouse, doc_id=doc)[0]["decided_by_policy"]["policy_version"] == policies.adhoc_label(
-        "thresholds"
-    )
+    assert provenance(lakehouse, doc_id=doc)[0]["decided_by_policy"]["policy_version"] == adhoc_label("thresholds")
 
     base = policies.active(lakehouse, "thresholds")
     new = proposals.set_threshold(base.policy, "gopher_min_alpha_token_frac", 0.7)
@@ -60,6 +59,6 @@ def test_curation_runs_under_the_active_version_and_says_which(tokenlake_home, i
     versions = {s.summary.additional_properties.get("tokenlake.policy-version") for s in snapshots}
     assert versions == {
         "thresholds/0",
-        policies.adhoc_label("thresholds"),
+        adhoc_label("thresholds"),
         "thresholds/1",
     }  # old snapshots keep their version

@@ -13,31 +13,35 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from assets.curated import policy as curated_policy
 from assets.curated.langid import language_decision
 from assets.curated.language_rules import rules_for
 from assets.curated.pipeline import CurateParams
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_decision
 from assets.governance import policies, proposals
 from iceberg_catalog import Provenance
+from iceberg_catalog import policy_store as store
+from iceberg_catalog.run_view_contract import canonical_json
+from iceberg_catalog.schemas import GOVERNANCE_POLICIES
 from tests.governance.policy_builders import DOMAIN_CLASSES, document_rows, write_documents
 
 PROV = Provenance("governance/proposals", "test", "test-run", "test", "test")
 
 
 def test_canonical_json_ignores_key_order_and_hashes_the_bytes():
-    a = policies.canonical_json({"b": 1, "a": [1.5, None, "é"]})
-    assert a == policies.canonical_json({"a": [1.5, None, "é"], "b": 1}) == '{"a":[1.5,null,"é"],"b":1}'
-    assert policies.sha256_hex(a) == policies.sha256_hex(policies.canonical_json(json.loads(a)))
+    a = canonical_json({"b": 1, "a": [1.5, None, "é"]})
+    assert a == canonical_json({"a": [1.5, None, "é"], "b": 1}) == '{"a":[1.5,null,"é"],"b":1}'
+    assert store.sha256_hex(a) == store.sha256_hex(canonical_json(json.loads(a)))
     with pytest.raises(ValueError):
-        policies.canonical_json({"x": float("nan")})
+        canonical_json({"x": float("nan")})
 
 
 def test_the_default_thresholds_policy_round_trips_to_the_default_params():
     policy = policies.default_policy("thresholds")
-    assert policies.with_thresholds(CurateParams(), policy) == CurateParams()
+    assert curated_policy.with_thresholds(CurateParams(), policy) == CurateParams()
     assert policy["quality"]["gopher_min_words"] == 50 and policy["language_threshold"] == 0.65
     changed = proposals.set_threshold(policy, "quality.gopher_min_words", 30)
-    assert policies.with_thresholds(CurateParams(), changed).quality.gopher_min_words == 30
+    assert curated_policy.with_thresholds(CurateParams(), changed).quality.gopher_min_words == 30
     assert proposals.set_threshold(policy, "gopher_min_words", 30) == changed
     assert proposals.diff(policy, changed) == [{"path": "quality.gopher_min_words", "old": 50, "new": 30}]
 
@@ -59,38 +63,38 @@ def test_unusable_policies_are_refused():
 
 
 def test_versions_activate_and_restore(lakehouse):
-    assert policies.versions(lakehouse, "thresholds") == []
+    assert store.versions(lakehouse, "thresholds") == []
     v0 = policies.active(lakehouse, "thresholds")
-    assert (v0.version, v0.created_by, v0.label) == (0, policies.CODE_DEFAULTS, "thresholds/0")
+    assert (v0.version, v0.created_by, v0.label) == (0, store.CODE_DEFAULTS, "thresholds/0")
     new = proposals.set_threshold(v0.policy, "gopher_min_words", 30)
     v1 = policies.activate(lakehouse, "thresholds", new, "agent:tuner", "bob", "prop-1", PROV)
-    stored = {p.version: p for p in policies.versions(lakehouse, "thresholds")}
+    stored = {p.version: p for p in store.versions(lakehouse, "thresholds")}
     assert {v: p.status for v, p in stored.items()} == {0: "retired", 1: "active"}
     assert (stored[1].parent_version, stored[1].created_by, stored[1].approved_by) == (0, "agent:tuner", "bob")
-    assert stored[0].sha256 == v0.sha256 and stored[1].sha256 == policies.sha256_hex(policies.canonical_json(new))
-    snap = lakehouse.table(policies.GOVERNANCE_POLICIES).current_snapshot()
+    assert stored[0].sha256 == v0.sha256 and stored[1].sha256 == store.sha256_hex(canonical_json(new))
+    snap = lakehouse.table(GOVERNANCE_POLICIES).current_snapshot()
     assert snap.summary.additional_properties["tokenlake.policy-version"] == "thresholds/1" == v1.label
 
     restored = policies.restore(lakehouse, "thresholds", 0, PROV)
-    stored = {p.version: p.status for p in policies.versions(lakehouse, "thresholds")}
+    stored = {p.version: p.status for p in store.versions(lakehouse, "thresholds")}
     assert stored == {0: "active", 1: "rolled_back"} and restored.policy == v0.policy
     assert policies.active(lakehouse, "mixture").version == 0  # kinds are independent
 
 
 def test_curation_reads_the_active_version_unless_the_config_is_ad_hoc(lakehouse):
-    params, stamp = policies.governed_params(lakehouse, CurateParams())
+    params, stamp = curated_policy.governed_params(lakehouse, CurateParams())
     assert params == CurateParams() and stamp["policy-version"] == "thresholds/0"
     base = policies.active(lakehouse, "thresholds")
     policies.activate(
         lakehouse, "thresholds", proposals.set_threshold(base.policy, "language_threshold", 0.5), "a", "b", "p", PROV
     )
-    params, stamp = policies.governed_params(lakehouse, CurateParams())
+    params, stamp = curated_policy.governed_params(lakehouse, CurateParams())
     assert params.language_threshold == 0.5 and stamp["policy-version"] == "thresholds/1"
     adhoc = dataclasses.replace(CurateParams(), quality=QualityThresholds(gopher_min_words=10))
-    params, stamp = policies.governed_params(lakehouse, adhoc)
-    assert params == adhoc and stamp["policy-version"] == policies.adhoc_label("thresholds")
+    params, stamp = curated_policy.governed_params(lakehouse, adhoc)
+    assert params == adhoc and stamp["policy-version"] == store.adhoc_label("thresholds")
     # knobs that decide nothing (workers, chunking) are not an experiment
-    params, stamp = policies.governed_params(lakehouse, dataclasses.replace(CurateParams(), workers=2))
+    params, stamp = curated_policy.governed_params(lakehouse, dataclasses.replace(CurateParams(), workers=2))
     assert params.language_threshold == 0.5 and params.workers == 2 and stamp["policy-version"] == "thresholds/1"
 
 
@@ -99,11 +103,11 @@ def test_a_version_stored_before_per_language_existed_loads_with_per_language_of
     by the English rules: it must load so, not with today's default (on); its stored JSON and sha256 stay."""
     old = policies.default_policy("thresholds")
     old["quality"] = {k: v for k, v in old["quality"].items() if k not in ("per_language", "language_rules")}
-    stored = policies.Policy("thresholds", 1, old, "active", 0, "alice", "bob", "prop-old")
+    stored = store.Policy("thresholds", 1, old, "active", 0, "alice", "bob", "prop-old")
     policies._write(lakehouse, "thresholds", [stored], PROV)
     loaded = policies.active(lakehouse, "thresholds")
     assert "per_language" not in loaded.policy["quality"] and loaded.sha256 == stored.sha256
-    params, stamp = policies.governed_params(lakehouse, CurateParams())
+    params, stamp = curated_policy.governed_params(lakehouse, CurateParams())
     assert params.quality.per_language is False and stamp["policy-version"] == "thresholds/1"
     assert CurateParams().quality.per_language is True  # today's default differs: the stored version decides
     # the dry-run judges a German document by the English rules under that version, as curation would
@@ -115,7 +119,7 @@ def test_a_version_stored_before_per_language_existed_loads_with_per_language_of
     # turning it on is a proposal like any other (the field the version predates is named in the diff)
     on = proposals.set_threshold(loaded.policy, "per_language", True)
     assert proposals.diff(loaded.policy, on) == [{"path": "quality.per_language", "old": None, "new": True}]
-    assert policies.with_thresholds(CurateParams(), on).quality.per_language is True
+    assert curated_policy.with_thresholds(CurateParams(), on).quality.per_language is True
 
 
 def _german_signals() -> dict:
@@ -205,7 +209,7 @@ def test_dry_run_matches_recomputing_every_decision(lakehouse):
     assert report["documents"] == len(rows) and report["governed"] == len(rows) - 1
     assert report["baseline_mismatches"] == 0
     # brute force: the pipeline's functions on the same signals under the new params
-    params = policies.with_thresholds(CurateParams(), new)
+    params = curated_policy.with_thresholds(CurateParams(), new)
     recomputed = {r["doc_id"]: r for r in document_rows(len(rows) - 1, params)}
     to_kept = sorted(d for d, r in recomputed.items() if r["kept"] and not _kept(rows, d))
     to_dropped = sorted(d for d, r in recomputed.items() if not r["kept"] and _kept(rows, d))

@@ -95,9 +95,9 @@ def keep_screenshots(folder: Path):
 
 
 def job(name: str, op: str | None, config: dict | None):
-    from orchestration.propose import run_job
+    from orchestration.instance import run_local_job
 
-    ok, out = run_job(name, op, config, "test")
+    ok, out = run_local_job(name, op, config, "test")
     assert ok, out
     return out
 

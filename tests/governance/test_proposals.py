@@ -12,6 +12,7 @@ import pytest
 
 from assets.governance import policies, proposals
 from iceberg_catalog import TABLES
+from iceberg_catalog import policy_store as store
 from tests.governance.policy_builders import write_documents
 
 REVIEWERS = ("alice", "bob")
@@ -127,7 +128,7 @@ def test_approve_apply_then_roll_back(lakehouse, instance):
     assert decide(instance, rollback, reviewer="alice").success
     assert apply(instance, rollback["proposal_id"]).success
     assert policies.active(lakehouse, "thresholds").version == 0
-    assert {p.version: p.status for p in policies.versions(lakehouse, "thresholds")} == {0: "active", 1: "rolled_back"}
+    assert {p.version: p.status for p in store.versions(lakehouse, "thresholds")} == {0: "active", 1: "rolled_back"}
     assert proposals.load(lakehouse, row["proposal_id"])["status"] == "rolled_back"
     assert proposals.load(lakehouse, row["proposal_id"])["rolled_back_by"] == rollback["proposal_id"]
 
