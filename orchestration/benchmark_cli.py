@@ -53,8 +53,9 @@ def curated_segments(instance) -> list[str]:
 def cmd_add(args) -> int:
     import dagster as dg
 
-    from orchestration.demo import run_job
+    from orchestration import demo
 
+    demo.VERBOSE = args.verbose  # its run_job prints Dagster's events (a failure in full) only then
     fields = [f.strip() for f in args.text_fields.split(",") if f.strip()]
     defs, instance = _defs_and_instance()
     with instance:
@@ -66,10 +67,10 @@ def cmd_add(args) -> int:
             return 2
         print(f"{added.name}: {added.items} items, sha256 {added.sha256[:16]}..., copied to {added.path}")
         instance.add_dynamic_partitions("benchmarks", [added.name])
-        run_job(defs, instance, "register_benchmark", added.name)
+        demo.run_job(defs, instance, "register_benchmark", added.name)
         segments = curated_segments(instance)
         for segment in segments:
-            run_job(
+            demo.run_job(
                 defs, instance, "decontaminate", dg.MultiPartitionKey({"benchmark": added.name, "segment": segment})
             )
     if not segments:

@@ -4,8 +4,9 @@ tokenlake tables                      every table: rows, data files, current sna
 tokenlake snapshots TABLE [-n 10]     a table's snapshot history with its provenance properties
 tokenlake digest [--json]             every table's row count and content digest, the run views' samples
                                       digests (equal digests: the same rows, whatever built them)
-tokenlake demo [--verbose]            the `make demo` pipeline on the sample crawl (--verbose: Dagster's events too)
-tokenlake run --crawl-root DIR [--force] [--verbose]
+tokenlake [--verbose] COMMAND ...     --verbose: Dagster's own events too (a refusal's step failure and traceback)
+tokenlake demo                        the `make demo` pipeline on the sample crawl
+tokenlake run --crawl-root DIR [--force]
                                       the same steps on your crawl directory (Common Crawl's layout:
                                       DIR/crawl-data/<CRAWL>/segments/<SEGMENT>/warc/*.warc.gz; default
                                       TOKENLAKE_CRAWL_ROOT); resumable: partitions already materialised by the
@@ -18,6 +19,7 @@ tokenlake delete KEY_TYPE VALUE --reason TEXT --requested-by NAME [--now]
                                       record a deletion request (url | domain | deletion_key | record_id |
                                       doc_id); the deletion_requests sensor propagates it, or --now here
 tokenlake deletions [REQUEST_ID]      deletion requests, or one request's deletion report
+tokenlake log RUN_ID                  a run's event log (what a command that launched it left out without --verbose)
 tokenlake provenance (--doc-id ID | --url URL) [--global-batch-size G] [--epochs N]
                                       WARC record -> curated decisions -> tokens -> run views and steps
 tokenlake capacity --run-view ID --step-time S --world-size N [--headroom 0.7]
@@ -40,7 +42,7 @@ from datetime import UTC, datetime
 
 from assets.governance.requests import KEY_TYPES
 from iceberg_catalog import TABLES, Lakehouse, Provenance
-from orchestration.instance import run_local_job
+from orchestration.instance import prepare_dagster_home, run_local_job, run_log
 
 
 def cmd_tables(_args) -> int:
@@ -155,9 +157,9 @@ def cmd_runview_show(args) -> int:
     return 0
 
 
-def _run_job(name: str, op: str, config: dict, source: str):
+def _run_job(name: str, op: str, config: dict, source: str, verbose: bool):
     """The op's output of a job run on the local instance (in the UI's run history); None, said why, on failure."""
-    ok, out = run_local_job(name, op, config, source)
+    ok, out = run_local_job(name, op, config, source, verbose=verbose)
     if not ok:
         print(f"{name} failed: {out}", file=sys.stderr)
         return None
@@ -173,7 +175,7 @@ def cmd_runview_decide(args) -> int:
         "decision": args.command_name,
         "comment": args.comment,
     }
-    status = _run_job("publish_run_view", "decide_run_view", cfg, "tokenlake runview")
+    status = _run_job("publish_run_view", "decide_run_view", cfg, "tokenlake runview", args.verbose)
     if status is None:
         return 1
     print(f"run view {args.run_view_id}: {status} by {args.reviewer}")
@@ -186,6 +188,7 @@ def cmd_delete(args) -> int:
         "record_deletion_request",
         {"key_type": args.key_type, "value": args.value, "reason": args.reason, "requested_by": args.requested_by},
         "tokenlake delete",
+        args.verbose,
     )
     if rid is None:
         return 1
@@ -193,7 +196,7 @@ def cmd_delete(args) -> int:
     if not args.now:
         print("the deletion_requests sensor propagates it (dagster dev), or run: tokenlake delete ... --now")
         return 0
-    report = _run_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake delete --now")
+    report = _run_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake delete --now", args.verbose)
     if report is None:
         return 1
     _print_report(report)
@@ -231,6 +234,20 @@ def cmd_deletions(args) -> int:
     return 0
 
 
+def cmd_log(args) -> int:
+    """Print a run's event log from the local instance, its failure's traceback included."""
+    prepare_dagster_home()
+    import dagster as dg  # here: the commands that only read tables never import Dagster
+
+    with dg.DagsterInstance.get() as instance:
+        lines = run_log(instance, args.run_id)
+    if not lines:
+        print(f"no run {args.run_id!r} in {os.environ['DAGSTER_HOME']}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_provenance(args) -> int:
     from assets.governance.provenance import provenance
 
@@ -252,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tokenlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--verbose", action="store_true", help="print Dagster's own events too (failures in full)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("tables", help="every table with rows, files and current snapshot").set_defaults(fn=cmd_tables)
     snaps = sub.add_parser("snapshots", help="a table's snapshots with provenance")
@@ -262,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     digest.add_argument("--json", action="store_true", help="one JSON object on one line")
     digest.set_defaults(fn=cmd_digest)
     demo = sub.add_parser("demo", help="run the pipeline on the sample crawl")
-    demo.add_argument("--verbose", action="store_true", help="print Dagster's own events too")
+    demo.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help="as `tokenlake --verbose`")
     demo.set_defaults(fn=cmd_demo)
     run = sub.add_parser("run", help="run the pipeline on a crawl directory, skipping what is already done")
     run.add_argument(
@@ -272,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a directory in Common Crawl's layout (default: TOKENLAKE_CRAWL_ROOT)",
     )
     run.add_argument("--force", action="store_true", help="materialise every partition again")
-    run.add_argument("--verbose", action="store_true", help="print Dagster's own events too")
+    run.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help="as `tokenlake --verbose`")
     run.set_defaults(fn=cmd_run)
     rv = sub.add_parser("runview", help="list, inspect, approve or reject run views").add_subparsers(
         dest="action", required=True
@@ -298,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     dels = sub.add_parser("deletions", help="deletion requests, or one request's report")
     dels.add_argument("request_id", nargs="?")
     dels.set_defaults(fn=cmd_deletions)
+    log = sub.add_parser("log", help="a run's event log (a failure's traceback included)")
+    log.add_argument("run_id")
+    log.set_defaults(fn=cmd_log)
     prov = sub.add_parser("provenance", help="a document's lineage from WARC record to training steps")
     which = prov.add_mutually_exclusive_group(required=True)
     which.add_argument("--doc-id")

@@ -31,7 +31,7 @@ from iceberg_catalog.schemas import (
     TOKENIZED_TOKENIZERS,
 )
 from orchestration.flow import STEPS, Step
-from orchestration.instance import execute_job, prepare_dagster_home
+from orchestration.instance import execute_job, failure_report, prepare_dagster_home
 from orchestration.progress import MeteredExecutorResource, RunMeter, native_stderr_captured
 
 DEMO_TOKENIZER = "gpt2"
@@ -72,7 +72,7 @@ def run_job(
         stderr.failed = not res.success
     meter.close(res.success, rows=materialised_rows(res))
     if not res.success:
-        raise SystemExit(f"{name} {partition_key or ''} failed; see run {res.run_id} in the Dagster UI")
+        raise SystemExit(f"{label} failed: {failure_report(res)}")
     return res
 
 

@@ -3,8 +3,10 @@ and the one way the demo and the `tokenlake` commands run a job on it in-process
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,8 +60,11 @@ def prepare_dagster_home(path: Path | None = None) -> Path:
     return home
 
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # Dagster's own events stay in the run log
-FAILURE_PREFIX = "dagster._core.definitions.events.Failure: "
+# Dagster logs a run's failure (the step failure and its traceback) at ERROR: a command reports it in one line
+# (`failure_report`) and the run's event log keeps the rest (`tokenlake log RUN_ID`, the UI's Runs page)
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# Dagster's wrappers around an exception raised in an op: the op's own error is their cause
+WRAPPERS = ("DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
 
 
 def execute_job(
@@ -75,7 +80,7 @@ def execute_job(
 ) -> dg.ExecuteInProcessResult:
     """Execute job `name` in-process on `instance`: the run is in the UI's run history, tagged with the command
     that started it (`source`); Dagster's console events only when not `quiet`. A failed run is returned, not
-    raised (`failure_message` says why)."""
+    raised (`failure_report` says why)."""
     return defs.resolve_job_def(name).execute_in_process(
         instance=instance,
         partition_key=partition_key,
@@ -87,17 +92,56 @@ def execute_job(
 
 
 def failure_message(res: dg.ExecuteInProcessResult) -> str:
-    """Why a run failed: its first failed step's error (a refusal's own words), else where to look."""
+    """Why a run failed, on one line: a refusal's own words (the `dg.Failure`'s description), else the op's
+    error (`KeyError: 'x'`), else where to look."""
     failure = next((e for e in res.all_events if e.event_type_value == "STEP_FAILURE"), None)
-    message = failure.step_failure_data.error.message.strip() if failure else f"see run {res.run_id}"
-    return message.removeprefix(FAILURE_PREFIX)
+    if failure is None:
+        return f"run {res.run_id} failed"
+    data = failure.step_failure_data
+    if data.user_failure_data is not None and data.user_failure_data.description:
+        return one_line(data.user_failure_data.description)
+    error = data.error
+    while error.cause is not None and error.cls_name in WRAPPERS:
+        error = error.cause
+    return one_line(error.message)
+
+
+def one_line(text: str) -> str:
+    """`text`'s non-blank lines, stripped and joined by spaces."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def failure_report(res: dg.ExecuteInProcessResult) -> str:
+    """A failed run for a terminal, one line: why, the run id and the command that prints its whole log."""
+    return f"{failure_message(res)} (run {res.run_id}; its full log: tokenlake log {res.run_id})"
+
+
+def run_log(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """A run's event log as Dagster's console prints it with --verbose (a failure with its traceback); empty
+    for an unknown run."""
+    lines = []
+    for entry in instance.all_logs(run_id):
+        when = datetime.fromtimestamp(entry.timestamp, UTC).isoformat(timespec="seconds")
+        event = entry.dagster_event.event_type_value if entry.dagster_event else ""
+        level = logging.getLevelName(entry.level)
+        lines.append(f"{when} {level:<7} {entry.step_key or '-'} {event} {entry.user_message}".rstrip())
+        data = entry.dagster_event.step_failure_data if event == "STEP_FAILURE" else None
+        if data is not None and data.error is not None:
+            lines += ["    " + line for line in data.error.to_string().rstrip().splitlines()]
+    return lines
 
 
 def run_local_job(
-    name: str, op: str | None, config: Mapping | None, source: str, partition_key: str | None = None
+    name: str,
+    op: str | None,
+    config: Mapping | None,
+    source: str,
+    partition_key: str | None = None,
+    *,
+    verbose: bool = False,
 ) -> tuple[bool, object]:
     """Run job `name` on the local instance with `config` for its op `op`: (True, the op's output) or (False, why
-    it failed)."""
+    it failed, its run id and how to read its log: `failure_report`). Dagster's console events only if `verbose`."""
     prepare_dagster_home()
     # here, not at the top: the Definitions are built on import, after DAGSTER_HOME is set, and only by the
     # commands that run a job (`tokenlake tables` stays quick)
@@ -107,7 +151,7 @@ def run_local_job(
 
     run_config = {"ops": {op: {"config": config}}} if op else {}
     with dg.DagsterInstance.get() as instance:
-        res = execute_job(defs, instance, name, source, partition_key, run_config)
+        res = execute_job(defs, instance, name, source, partition_key, run_config, quiet=not verbose)
     if not res.success:
-        return False, failure_message(res)
+        return False, failure_report(res)
     return True, res.output_for_node(op) if op else None

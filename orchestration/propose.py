@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from iceberg_catalog import Lakehouse
@@ -41,12 +42,12 @@ def _propose(kind: str, args, **fields) -> int:
         "reason": args.reason,
         **fields,
     }
-    return _record_proposal(config, "tokenlake propose", "propose")
+    return _record_proposal(config, "tokenlake propose", "propose", args.verbose)
 
 
-def _record_proposal(config: dict, source: str, what: str) -> int:
+def _record_proposal(config: dict, source: str, what: str, verbose: bool) -> int:
     """Run propose_policy with `config`, then show the recorded proposal briefly (or why it was refused)."""
-    ok, out = run_local_job("propose_policy", "record_proposal", config, source)
+    ok, out = run_local_job("propose_policy", "record_proposal", config, source, verbose=verbose)
     if not ok:
         print(f"{what} refused: {out}", file=sys.stderr)
         return 1
@@ -138,7 +139,7 @@ def cmd_decide(args) -> int:
         "decision": args.decision,
         "comment": args.comment,
     }
-    ok, out = run_local_job("review_proposal", "decide_proposal", config, "tokenlake proposals")
+    ok, out = run_local_job("review_proposal", "decide_proposal", config, "tokenlake proposals", verbose=args.verbose)
     if not ok:
         print(f"review_proposal refused: {out}", file=sys.stderr)
         return 1
@@ -146,47 +147,46 @@ def cmd_decide(args) -> int:
     return 0
 
 
-def apply_and_verify(proposal_id: str) -> tuple[bool, object]:
+def apply_and_verify(proposal_id: str, verbose: bool = False) -> tuple[bool, object]:
     """apply_proposal, then curate for each affected partition and exact_dedup, then verify_proposal."""
-    ok, parts = run_local_job(
-        "apply_proposal", "apply_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply"
-    )
+    job = partial(run_local_job, source="tokenlake proposals apply", verbose=verbose)
+    ok, parts = job("apply_proposal", "apply_policy", {"proposal_id": proposal_id})
     if not ok:
         return False, parts
-    ok, out = _materialise_policy(proposal_id)
+    ok, out = _materialise_policy(proposal_id, job)
     if not ok:
         return False, out
     for part in parts:
         print(f"  re-materialising curated/documents {part}", flush=True)
-        ok, out = run_local_job("curate", None, None, "tokenlake proposals apply", partition_key=part)
+        ok, out = job("curate", None, None, partition_key=part)
         if not ok:
             return False, f"curate {part}: {out}"
     if parts:
-        ok, out = run_local_job("exact_dedup", None, None, "tokenlake proposals apply")
+        ok, out = job("exact_dedup", None, None)
         if not ok:
             return False, f"exact_dedup: {out}"
-    return run_local_job("verify_proposal", "verify_policy", {"proposal_id": proposal_id}, "tokenlake proposals apply")
+    return job("verify_proposal", "verify_policy", {"proposal_id": proposal_id})
 
 
-def _materialise_policy(proposal_id: str) -> tuple[bool, object]:
+def _materialise_policy(proposal_id: str, job) -> tuple[bool, object]:
     """A mixture version: build run_view/candidate under it; a deletion version: propagate the deletion
-    requests its standing rules filed (the same jobs the sensors launch)."""
+    requests its standing rules filed (the same jobs the sensors launch), each through `job`."""
     from assets.governance import proposals
 
     row = proposals.load(Lakehouse(), proposal_id)
     if row["kind"] == "mixture":
         print("  building run_view/candidate under the new mixture version", flush=True)
-        return run_local_job("run_view_candidate", None, None, "tokenlake proposals apply")
+        return job("run_view_candidate", None, None)
     for rid in proposals.deletion_requests(row):
         print(f"  propagating deletion request {rid}", flush=True)
-        ok, out = run_local_job("propagate_deletion", "propagate", {"request_id": rid}, "tokenlake proposals apply")
+        ok, out = job("propagate_deletion", "propagate", {"request_id": rid})
         if not ok:
             return False, f"propagate {rid}: {out}"
     return True, None
 
 
 def cmd_apply(args) -> int:
-    ok, out = apply_and_verify(args.proposal_id)
+    ok, out = apply_and_verify(args.proposal_id, args.verbose)
     if not ok:
         print(f"apply refused or failed: {out}", file=sys.stderr)
         return 1
@@ -206,9 +206,8 @@ def cmd_apply(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    ok, out = run_local_job(
-        "verify_proposal", "verify_policy", {"proposal_id": args.proposal_id}, "tokenlake proposals"
-    )
+    config = {"proposal_id": args.proposal_id}
+    ok, out = run_local_job("verify_proposal", "verify_policy", config, "tokenlake proposals", verbose=args.verbose)
     if not ok:
         print(f"verify failed: {out}", file=sys.stderr)
         return 1
@@ -218,7 +217,7 @@ def cmd_verify(args) -> int:
 
 def cmd_rollback(args) -> int:
     config = {"kind": "rollback", "rollback_of": args.proposal_id, "proposed_by": args.by, "reason": args.reason}
-    return _record_proposal(config, "tokenlake proposals rollback", "rollback")
+    return _record_proposal(config, "tokenlake proposals rollback", "rollback", args.verbose)
 
 
 def _proposer_args(p: argparse.ArgumentParser) -> None:
