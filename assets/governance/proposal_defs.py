@@ -4,6 +4,7 @@ re-materialise what an applied proposal changes. See README.md.
 No `from __future__ import annotations` in Dagster modules: Dagster reads config and resource types from the
 runtime annotations."""
 
+import dataclasses
 import json
 
 import dagster as dg
@@ -11,6 +12,7 @@ import pydantic
 
 from assets.governance import policies, proposals
 from assets.governance.shell import gate_job, op_provenance, refused, running_sensor
+from assets.identity import authenticated_user, recorded
 from assets.plots import paired_bars_markdown
 from assets.shell import md_table, table_key
 from iceberg_catalog import Provenance
@@ -164,7 +166,10 @@ class ProposalDecisionConfig(dg.Config):
 
     proposal_id: str = pydantic.Field(description="The proposal's id, as shown on its dry-run.")
     proposal_sha256: str = pydantic.Field(description="The proposal hash shown on its dry-run: what you reviewed.")
-    reviewer: str = pydantic.Field(description="Your name: must be on the instance's reviewer list.")
+    reviewer: str = pydantic.Field(
+        description="Your name: must be on the instance's reviewer list (and be the user your deployment "
+        "authenticated, where it tags the run with one)."
+    )
     decision: str = pydantic.Field(description=" | ".join(proposals.DECISIONS))
     comment: str = pydantic.Field(default="", description="Why (recorded with the decision).")
 
@@ -173,17 +178,19 @@ class ProposalDecisionConfig(dg.Config):
 def decide_proposal(
     context: dg.OpExecutionContext, config: ProposalDecisionConfig, catalog: IcebergCatalogResource
 ) -> str:
-    """Approve or reject a policy proposal, bound to its sha256; refusals name the rule and change nothing."""
+    """Approve or reject a policy proposal, bound to its sha256; refusals name the rule and change nothing. The
+    user the deployment authenticated for the run (a run tag, `assets.identity`) is recorded next to the reviewer."""
+    who = authenticated_user(context.run.tags)
     prov = proposal_provenance(context, config.proposal_id, config)
+    prov = dataclasses.replace(prov, extra={**prov.extra, **recorded(who)})
     args = (config.proposal_id, config.proposal_sha256, config.reviewer, config.decision, config.comment)
     try:
-        row = proposals.decide(catalog.lakehouse(), *args, policies.reviewers(), prov)
+        row = proposals.decide(catalog.lakehouse(), *args, policies.reviewers(), prov, who)
     except (proposals.ProposalRefused, ValueError) as exc:
         raise refused(exc, config.proposal_id) from exc
     context.log.info("proposal %s is %s (reviewer %s)", row["proposal_id"], row["status"], row["reviewer"])
-    context.add_output_metadata(
-        {"proposal_id": row["proposal_id"], "status": row["status"], "reviewer": row["reviewer"]}
-    )
+    decision = {"proposal_id": row["proposal_id"], "status": row["status"], "reviewer": row["reviewer"]}
+    context.add_output_metadata({**decision, **({"authenticated_user": who} if who else {})})
     return row["status"]
 
 

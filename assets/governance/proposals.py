@@ -32,6 +32,7 @@ from assets.curated.policy import quality_thresholds
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_rules
 from assets.governance import policies
 from assets.governance.requests import file_standing_rules, load_request, reach
+from assets.identity import identity, require_authenticated, same_person
 from assets.run_view import store
 from assets.run_view.mixture import Component, MixtureError, select
 from iceberg_catalog import Lakehouse, Provenance
@@ -124,7 +125,8 @@ class NotApplicable(ProposalRefused):
 
 
 def is_agent(who: str) -> bool:
-    return who.strip().lower().startswith("agent:")
+    """Whether `who` names an agent (`agent:<name>`, compared as `identity` compares names)."""
+    return identity(who).startswith("agent:")
 
 
 # ---- the frozen part ------------------------------------------------------------------------------------------
@@ -306,10 +308,13 @@ def decide(
     comment: str,
     allowed_reviewers: frozenset[str],
     provenance: Provenance,
+    authenticated_user: str | None = None,
 ) -> dict:
     """Approve or reject a proposal. Refused, with nothing written: an unknown id, a hash that is not the
-    proposal's, a proposal already decided, a reviewer who is the proposer, an agent, or not on the instance's
-    reviewer list, and (to approve) a base version that is no longer the active one."""
+    proposal's, a proposal already decided, a reviewer who is an agent, not the run's `authenticated_user`
+    (where the deployment gives one), the proposer, or not on the instance's reviewer list, and (to approve) a
+    base version that is no longer the active one. Names compare normalised (`assets.identity`); the reviewer
+    is stored as typed."""
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
     row = require(lakehouse, proposal_id)
@@ -325,9 +330,13 @@ def decide(
     reviewer = (reviewer or "").strip()
     if is_agent(reviewer):
         raise AgentCannotApprove(f"{reviewer!r} is an agent: an agent may propose, never decide")
-    if reviewer == row["proposed_by"]:
-        raise SelfApproval(f"{reviewer!r} proposed {proposal_id}: another reviewer must decide")
-    if reviewer not in allowed_reviewers:
+    require_authenticated(reviewer, authenticated_user)
+    if same_person(reviewer, row["proposed_by"]):
+        raise SelfApproval(
+            f"{reviewer!r} is {row['proposed_by']!r}, who proposed {proposal_id} (names compare ignoring case, width "
+            f"and spacing): another reviewer must decide"
+        )
+    if identity(reviewer) not in {identity(name) for name in allowed_reviewers}:
         raise NotAReviewer(
             f"{reviewer!r} is not on this instance's reviewer list ({policies.governance_config_path()}: "
             f"{sorted(allowed_reviewers) or 'empty'})"

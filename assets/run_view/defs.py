@@ -10,6 +10,7 @@ from typing import Any, Optional
 import dagster as dg
 import pydantic
 
+from assets.identity import authenticated_user, recorded, require_authenticated
 from assets.plots import paired_bars_markdown
 from assets.run_view import policy as mixture_policy
 from assets.run_view import store
@@ -328,7 +329,10 @@ class DecisionConfig(dg.Config):
     manifest_sha256: str = pydantic.Field(
         description=("The manifest hash shown on the candidate's materialisation: the manifest you reviewed.")
     )
-    reviewer: str = pydantic.Field(description="Your name: recorded on the run view.")
+    reviewer: str = pydantic.Field(
+        description="Your name: recorded on the run view (it must be the user your deployment authenticated, "
+        "where it tags the run with one)."
+    )
     decision: str = pydantic.Field(description="approve | reject")
     comment: str = pydantic.Field(default="", description="Why (recorded with the decision).")
 
@@ -338,21 +342,25 @@ def decide_run_view(
     context: dg.OpExecutionContext, config: DecisionConfig, catalog: IcebergCatalogResource
 ) -> dg.Output:
     """Approve or reject a run view candidate; approval tags every pinned input snapshot `runview-<id>` and
-    sets status published."""
+    sets status published. The user the deployment authenticated for the run (a run tag, `assets.identity`)
+    must be the reviewer and is recorded next to them."""
     checks = check_results_for(context.instance, config.run_view_id)
     context.log.info("checks of %s: %s", config.run_view_id, checks)
+    who = authenticated_user(context.run.tags)
     decision = (config.run_view_id, config.manifest_sha256, config.reviewer, config.decision, config.comment)
     try:
-        row = store.decide(catalog.lakehouse(), *decision, checks, gate_provenance(context, config))
+        require_authenticated(config.reviewer, who)
+        row = store.decide(catalog.lakehouse(), *decision, checks, gate_provenance(context, config, who))
     except (store.RunViewRefused, ValueError) as exc:
         refusal = {"run_view_id": config.run_view_id, "refusal": type(exc).__name__}
         raise dg.Failure(description=f"{type(exc).__name__}: {exc}", metadata=refusal) from exc
     context.log.info("run view %s is %s (reviewer %s)", row["run_view_id"], row["status"], row["reviewer"])
-    return dg.Output(row["status"], metadata=decision_metadata(row, checks))
+    return dg.Output(row["status"], metadata=decision_metadata(row, checks, who))
 
 
-def gate_provenance(context: dg.OpExecutionContext, config: DecisionConfig) -> Provenance:
-    """What the manifests snapshot of a decision records: the gate's run, code version and config."""
+def gate_provenance(context: dg.OpExecutionContext, config: DecisionConfig, who: str | None) -> Provenance:
+    """What the manifests snapshot of a decision records: the gate's run, code version and config, and the
+    authenticated user `who` where the run has one."""
     return Provenance(
         "run_view/manifests",
         config.run_view_id,
@@ -360,16 +368,17 @@ def gate_provenance(context: dg.OpExecutionContext, config: DecisionConfig) -> P
         GATE_CODE_VERSION,
         config_hash(config.model_dump()),
         {},
-        {"gate": "publish_run_view"},
+        {"gate": "publish_run_view", **recorded(who)},
     )
 
 
-def decision_metadata(row: dict, checks: dict) -> dict:
-    """The decision as the run's output metadata."""
+def decision_metadata(row: dict, checks: dict, who: str | None) -> dict:
+    """The decision as the run's output metadata (the authenticated user next to the reviewer, if any)."""
     return {
         "run_view_id": row["run_view_id"],
         "status": row["status"],
         "reviewer": row["reviewer"],
+        **({"authenticated_user": who} if who else {}),
         "decided_at": row["decided_at"].isoformat(),
         "checks": dg.MetadataValue.json(checks),
     }

@@ -10,8 +10,9 @@ import json
 import dagster as dg
 import pytest
 
+from assets import identity
 from assets.governance import policies, proposals
-from iceberg_catalog import TABLES
+from iceberg_catalog import TABLES, Provenance
 from iceberg_catalog import policy_store as store
 from tests.governance.policy_builders import write_documents
 
@@ -25,11 +26,14 @@ def _defs():
     return defs
 
 
-def run(instance, job: str, op: str, config: dict) -> dg.ExecuteInProcessResult:
+def run(instance, job: str, op: str, config: dict, tags: dict | None = None) -> dg.ExecuteInProcessResult:
+    """Run `job` with `config` for `op`; `tags` as a deployment's launcher would set them."""
     return (
         _defs()
         .resolve_job_def(job)
-        .execute_in_process(instance=instance, run_config={"ops": {op: {"config": config}}}, raise_on_error=False)
+        .execute_in_process(
+            instance=instance, run_config={"ops": {op: {"config": config}}}, tags=tags, raise_on_error=False
+        )
     )
 
 
@@ -46,7 +50,7 @@ def propose(instance, name="c4_min_sentences", value="1", by=PROPOSER, **extra) 
     return proposals.load(_lakehouse(), res.output_for_node("record_proposal"))
 
 
-def decide(instance, row: dict, reviewer="alice", decision="approve", sha=None) -> dg.ExecuteInProcessResult:
+def decide(instance, row: dict, reviewer="alice", decision="approve", sha=None, tags=None) -> dg.ExecuteInProcessResult:
     config = {
         "proposal_id": row["proposal_id"],
         "proposal_sha256": sha or row["proposal_sha256"],
@@ -54,7 +58,7 @@ def decide(instance, row: dict, reviewer="alice", decision="approve", sha=None) 
         "decision": decision,
         "comment": "checked the dry-run",
     }
-    return run(instance, "review_proposal", "decide_proposal", config)
+    return run(instance, "review_proposal", "decide_proposal", config, tags)
 
 
 def apply(instance, proposal_id: str) -> dg.ExecuteInProcessResult:
@@ -182,11 +186,44 @@ def test_applying_an_unapproved_or_rejected_proposal_is_refused(lakehouse, insta
     assert policies.active(lakehouse, "thresholds").version == 0
 
 
-def test_self_approval_is_refused(lakehouse, instance):
-    row = propose(instance, by="alice")
+@pytest.mark.parametrize("proposer,reviewer", [("alice", "alice"), ("Alice", " alice "), ("ＡＬＩＣＥ", "alice")])
+def test_self_approval_is_refused_whatever_the_case_width_or_spacing(lakehouse, instance, proposer, reviewer):
+    row = propose(instance, by=proposer)
+    assert row["proposed_by"] == proposer  # stored as typed: the audit trail
     before = state(lakehouse)
-    _refused(lakehouse, decide(instance, row, reviewer="alice"), "SelfApproval", "another reviewer must decide")
+    _refused(lakehouse, decide(instance, row, reviewer=reviewer), "SelfApproval", "another reviewer must decide")
     assert state(lakehouse) == before
+
+
+def test_the_reviewer_list_is_looked_up_normalised_and_the_name_stored_as_typed(lakehouse, instance):
+    row = propose(instance, by="carol")
+    assert decide(instance, row, reviewer="  Bob ").success
+    assert proposals.load(lakehouse, row["proposal_id"])["reviewer"] == "Bob"
+
+
+AUTH = identity.AUTHENTICATED_USER_TAG
+
+
+@pytest.mark.parametrize("tags", [{AUTH: "bob"}, {"dagster/user": "bob"}, {AUTH: "bob", "dagster/user": "alice"}])
+def test_a_reviewer_other_than_the_runs_authenticated_user_is_refused(lakehouse, instance, tags):
+    row = propose(instance)
+    before = state(lakehouse)
+    result = decide(instance, row, reviewer="alice", tags=tags)
+    _refused(lakehouse, result, "NotTheAuthenticatedUser", "reviewer 'alice' is not 'bob', the user this run was")
+    assert state(lakehouse) == before
+
+
+def test_the_authenticated_user_is_recorded_next_to_the_reviewer(lakehouse, instance, monkeypatch):
+    monkeypatch.setenv(identity.AUTHENTICATED_USER_TAG_ENV, "sso/email")
+    row = propose(instance)
+    result = decide(instance, row, reviewer="alice", tags={"sso/email": " Alice ", AUTH: "mallory"})
+    assert result.success
+    assert proposals.load(lakehouse, row["proposal_id"])["reviewer"] == "alice"
+    (out,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    recorded = out.step_output_data.metadata
+    assert (recorded["reviewer"].value, recorded["authenticated_user"].value) == ("alice", "Alice")
+    props = lakehouse.table(TABLES["governance.proposals"]).current_snapshot().summary.additional_properties
+    assert Provenance.from_snapshot_summary(props)["authenticated-user"] == "Alice"
 
 
 @pytest.mark.parametrize(

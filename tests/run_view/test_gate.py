@@ -7,8 +7,10 @@ import dagster as dg
 import pytest
 from pyiceberg.expressions import EqualTo
 
+from assets.identity import AUTHENTICATED_USER_TAG
 from assets.run_view import store
-from iceberg_catalog import Lakehouse
+from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog import schemas as T
 from iceberg_catalog.run_view_contract import tag_name
 from iceberg_catalog.schemas import RUN_VIEW_SAMPLES, TABLES, TOKENIZED_DOCUMENTS
 from tests.run_view import builders
@@ -39,6 +41,7 @@ def decide(
     reviewer: str = "alice",
     decision: str = "approve",
     comment: str = "looks right",
+    tags: dict | None = None,
 ) -> dg.ExecuteInProcessResult:
     job = _defs().resolve_job_def("publish_run_view")
     cfg = {
@@ -49,7 +52,7 @@ def decide(
         "comment": comment,
     }
     return job.execute_in_process(
-        instance=instance, run_config={"ops": {"decide_run_view": {"config": cfg}}}, raise_on_error=False
+        instance=instance, run_config={"ops": {"decide_run_view": {"config": cfg}}}, tags=tags, raise_on_error=False
     )
 
 
@@ -121,6 +124,23 @@ def test_refuses_a_candidate_whose_checks_failed_or_never_ran(lakehouse, instanc
     msg = refusal(decide(instance, direct.run_view_id, direct.manifest_sha256))
     assert "ChecksNotPassed" in msg and "not evaluated" in msg
     assert store.load_manifest(lakehouse, direct.run_view_id)["status"] == "candidate"
+
+
+def test_the_reviewer_must_be_the_runs_authenticated_user_who_is_recorded(lakehouse, instance):
+    md = candidate_metadata(materialize_candidate(instance, name="gate"))
+    rv_id, sha = md["run_view_id"], md["manifest_sha256"]
+    msg = refusal(decide(instance, rv_id, sha, reviewer="alice", tags={AUTHENTICATED_USER_TAG: "bob"}))
+    assert "NotTheAuthenticatedUser: reviewer 'alice' is not 'bob'" in msg
+    assert store.load_manifest(lakehouse, rv_id)["status"] == "candidate"
+
+    out = decide(instance, rv_id, sha, reviewer="alice", tags={AUTHENTICATED_USER_TAG: "Alice"})
+    assert out.success
+    assert store.load_manifest(lakehouse, rv_id)["reviewer"] == "alice"  # as typed
+    (event,) = [e for e in out.all_events if e.event_type_value == "STEP_OUTPUT"]
+    assert event.step_output_data.metadata["authenticated_user"].value == "Alice"
+    props = lakehouse.table(T.RUN_VIEW_MANIFESTS).current_snapshot().summary.additional_properties
+    recorded = Provenance.from_snapshot_summary(props)
+    assert (recorded["reviewer"], recorded["authenticated-user"]) == ("alice", "Alice")
 
 
 def test_reject_records_the_reason_and_is_final(lakehouse, instance):
