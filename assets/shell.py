@@ -38,6 +38,11 @@ def provenance(
     )
 
 
+def asset_job(name: str, *keys: dg.AssetKey, description: str) -> dg.UnresolvedAssetJobDefinition:
+    """The job that materialises exactly `keys` (a state's jobs are named slices of its assets)."""
+    return dg.define_asset_job(name, selection=dg.AssetSelection.assets(*keys), description=description)
+
+
 def run_tasks(context: dg.AssetExecutionContext, executor: TaskExecutor, fn: Callable, tasks: Sequence) -> list:
     """`executor.map(fn, tasks)`, logging progress about every tenth of the plan."""
     label = context.partition_key if context.has_partition_key else context.asset_key.to_user_string()

@@ -30,6 +30,9 @@ class BenchFailure(Exception):
     """Something the bench measures did not work; the message says what."""
 
 
+BENCH_TIMEOUT_S = 1.0  # per-page extraction limit on both sides of a comparison: datatrove's published default
+
+
 def warc_paths(root: Path) -> list[Path]:
     """Every `.warc.gz` under a Common-Crawl-layout root, sorted."""
     paths = sorted(root.glob(WARC_GLOB))

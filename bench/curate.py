@@ -59,6 +59,7 @@ from bench.children import child_command, repo_env, run_json_child  # noqa: E402
 from bench.common import (  # noqa: E402
     AEB_TAR,
     BENCH_OUT,
+    BENCH_TIMEOUT_S,
     WARC_GLOB,
     BenchFailure,
     clean_env,
@@ -80,7 +81,6 @@ DT_SCRIPTS = ROOT / "bench" / "curate_datatrove"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 HTML_TYPES = ("text/html", "application/xhtml+xml")  # pipeline.HTML_CONTENT_TYPES (not imported: keeps the
 # bare side's start-up free of our modules)
-BENCH_TIMEOUT_S = 1.0  # per-page extraction limit on both sides: datatrove's published default
 
 # What makes the FineWeb blocks run offline. datatrove[processing] lacks the WarcReader's deps (warcio,
 # cchardet, python-magic: the `io` extra, minus `datasets`), spaCy (its English word tokenizer is

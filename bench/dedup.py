@@ -49,11 +49,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assets.curated.models import REFERENCE_CORPUS as WIKI  # noqa: E402
 from bench.children import child_command, repo_env, run_json_child  # noqa: E402
 from bench.common import PYDOCS_TAR, BenchFailure, clean_env, run_reported  # noqa: E402
 from bench.curate import DT_VENV, ensure_datatrove_venv  # noqa: E402
 
-WIKI = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 DT_SCRIPT = ROOT / "bench" / "dedup_datatrove" / "minhash_signatures.py"
 QUIET_LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 RSS_GOAL_BYTES = 2 << 30

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assets.curated.extract import DEFAULT_TIMEOUT_S, DEFAULT_TRAFILATURA_OPTIONS, Extractor  # noqa: E402
-from bench.common import AEB_IN_DATA, SHARED_DATA, load_aeb  # noqa: E402
+from assets.curated.extract import DEFAULT_TRAFILATURA_OPTIONS, Extractor  # noqa: E402
+from bench.common import AEB_IN_DATA, BENCH_TIMEOUT_S, SHARED_DATA, load_aeb  # noqa: E402
 
 
 def token_prf(gold: str, predicted: str | None) -> tuple[float, float, float]:
@@ -49,7 +49,7 @@ def summarise(name: str, scores: list[tuple[float, float, float]], seconds: floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="the shared data folder")
-    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    parser.add_argument("--timeout-s", type=float, default=BENCH_TIMEOUT_S, help="per page, as datatrove's default")
     parser.add_argument("--limit", type=int, default=None, help="only the first N pages (by id)")
     args = parser.parse_args()
 

@@ -62,9 +62,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assets.curated.models import REFERENCE_CORPUS as CORPUS  # noqa: E402
 from bench.common import BenchFailure, clean_env, ensure_venv, run_reported  # noqa: E402
 
-CORPUS = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 GPT2 = ROOT / "data" / "tokenizers" / "gpt2_tokenizer.json"
 MOSAIC_VENV = ROOT / "bench" / "out" / "venvs" / "mosaic-streaming"
 # streaming pins numpy<2.2 and pulls torchvision, which do not sit beside our torch: hence its own venv;

@@ -52,10 +52,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from assets.curated.models import REFERENCE_CORPUS as CORPUS  # noqa: E402
 from bench.children import child_command, run_json_child  # noqa: E402
 from bench.common import BenchFailure, run_reported, vm_hwm_kib  # noqa: E402
 
-CORPUS = ROOT / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 TOKENIZER_NAME = "gpt2"
 TOKENIZER_JSON = ROOT / "data" / "tokenizers" / "gpt2_tokenizer.json"
 CRAWL = "BENCH-TOKENIZE"

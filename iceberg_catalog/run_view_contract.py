@@ -67,11 +67,13 @@ class Manifest:
     packing: Mapping[str, object]  # seq_len, eos_id, cross_document_attention
     n_samples: int
     n_tokens: int
+    n_documents: int | None  # distinct documents in the samples (None: a manifest that does not record it)
     samples_sha256: str  # `samples_digest` of the samples
     mixture: Mapping[str, object] | None
     realised: tuple[Mapping[str, object], ...]
     quarantine: Mapping[str, object] | None
     split: Mapping[str, object] | None  # present only for a view that selects a split
+    policy: Mapping[str, object] | None  # the mixture policy version it was built under, if any
     text: str = field(repr=False)  # canonical_json of the manifest: the bytes stored and hashed
     sha256: str  # manifest_sha256 of the manifest: its run view id is <name>-<first 12 hex digits>
 
@@ -99,11 +101,13 @@ class Manifest:
             packing=frozen(m["packing"]),
             n_samples=samples["n_samples"],
             n_tokens=samples["n_tokens"],
+            n_documents=samples.get("n_documents"),
             samples_sha256=samples["sha256"],
             mixture=None if m.get("mixture") is None else frozen(m["mixture"]),
             realised=tuple(frozen(r) for r in m.get("realised") or ()),
             quarantine=None if m.get("quarantine") is None else frozen(m["quarantine"]),
             split=None if m.get("split") is None else frozen(m["split"]),
+            policy=None if m.get("policy") is None else frozen(m["policy"]),
             text=text,
             sha256=hashlib.sha256(text.encode()).hexdigest(),
         )

@@ -454,22 +454,18 @@ class RunViewLoader:
         view: RunView,
         global_batch_size: int,
         *,
-        rank: int | None = None,
-        world_size: int | None = None,
         num_workers: int = 0,
         prefetch: int = DEFAULT_PREFETCH,
         pin_memory: bool = False,
-        seed: int | None = None,
-        seq_len: int | None = None,
-        cross_document_attention: str | None = None,
-        max_steps: int | None = None,
-        epochs: int | None | str = "manifest",
         metrics: Any = None,
         multiprocessing_context: str | None = None,
         log_every: int = 0,
         on_metrics: Callable[[dict], None] | None = None,
+        **dataset_options: Any,
     ):
-        """`num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
+        """`dataset_options`: RunViewDataset's rank, world_size, max_steps and the plan's seed, seq_len,
+        cross_document_attention and epochs (defaults: the environment's rank, the manifest's values);
+        `num_workers`: DataLoader worker processes; `prefetch`: batches a background thread reads ahead
         (loader.prefetch.Prefetcher, 0 = none; the thread starts once the loop shows it works between batches:
         while the loop takes batches faster than a thread makes them, they are built in the loop's own thread,
         which is faster under the GIL; `metrics()["readahead"]`);
@@ -485,17 +481,7 @@ class RunViewLoader:
             view.source = dataclasses.replace(view.source, on_read=metrics.record_read)
         if num_workers < 0 or prefetch < 0:
             raise ValueError(f"num_workers and prefetch must be >= 0, got {num_workers}, {prefetch}")
-        self.dataset = RunViewDataset(
-            view,
-            global_batch_size,
-            rank=rank,
-            world_size=world_size,
-            seed=seed,
-            seq_len=seq_len,
-            cross_document_attention=cross_document_attention,
-            max_steps=max_steps,
-            epochs=epochs,
-        )
+        self.dataset = RunViewDataset(view, global_batch_size, **dataset_options)
         self.num_workers, self.prefetch, self.meter = num_workers, prefetch, metrics
         self.log_every, self.on_metrics = int(log_every), on_metrics
         self._worker_readers: dict[int, dict] = {}  # the latest reader counters each DataLoader worker sent

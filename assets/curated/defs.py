@@ -362,22 +362,25 @@ def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogR
 
 # ---- jobs --------------------------------------------------------------------------------------------------
 
-curate_models_job = dg.define_asset_job(
+curate_models_job = shell.asset_job(
     "curate_models",
-    selection=dg.AssetSelection.assets(REFERENCE_LM, LANGID_VALIDATION, DOMAIN_MODEL, DOMAIN_VALIDATION),
+    REFERENCE_LM,
+    LANGID_VALIDATION,
+    DOMAIN_MODEL,
+    DOMAIN_VALIDATION,
     description="Build the reference KenLM model and the domain classifier, validate language ID and domain labels "
     "(needed once before curation).",
 )
 
-curate_job = dg.define_asset_job(
+curate_job = shell.asset_job(
     "curate",
-    selection=dg.AssetSelection.assets(DOCUMENTS),
+    DOCUMENTS,
     description="Curate one crawl segment: extraction, language, quality, PII, perplexity decisions.",
 )
 
-exact_dedup_job = dg.define_asset_job(
+exact_dedup_job = shell.asset_job(
     "exact_dedup",
-    selection=dg.AssetSelection.assets(EXACT_DUPLICATES),
+    EXACT_DUPLICATES,
     description="Exact duplicates across every materialised partition of curated.documents.",
 )
 

@@ -12,18 +12,13 @@ from assets import shell
 from assets.dedup import near, signatures
 from assets.partitions import crawl_segments
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
-from iceberg_catalog.schemas import (
-    CURATED_DOCUMENTS,
-    DEDUP_MINHASH_BANDS,
-    DEDUP_MINHASH_SIGNATURES,
-    DEDUP_NEAR_DUPLICATES,
-)
+from iceberg_catalog import schemas as T
 from resources import IcebergCatalogResource, parse_partition_key
 from resources.executor import TaskExecutorResource
 
-MINHASH_BANDS = table_key(DEDUP_MINHASH_BANDS)
-MINHASH_SIGNATURES = table_key(DEDUP_MINHASH_SIGNATURES)
-NEAR_DUPLICATES = table_key(DEDUP_NEAR_DUPLICATES)
+MINHASH_BANDS = table_key(T.DEDUP_MINHASH_BANDS)
+MINHASH_SIGNATURES = table_key(T.DEDUP_MINHASH_SIGNATURES)
+NEAR_DUPLICATES = table_key(T.DEDUP_NEAR_DUPLICATES)
 MINHASH_VERSION = "minhash-2"
 MinHashConfig = config_from(signatures.SignatureParams, "MinHashConfig")
 NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig")
@@ -33,17 +28,17 @@ NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig
     name="dedup_minhash",
     specs=[
         shell.table_spec(
-            DEDUP_MINHASH_BANDS,
+            T.DEDUP_MINHASH_BANDS,
             ["doc_id"],
-            deps=[table_key(CURATED_DOCUMENTS)],
+            deps=[table_key(T.CURATED_DOCUMENTS)],
             code_version=MINHASH_VERSION,
             description="LSH band hashes of every kept document (dedup.minhash_bands): one row per "
             "(document, band), one row group per band per batch.",
         ),
         shell.table_spec(
-            DEDUP_MINHASH_SIGNATURES,
+            T.DEDUP_MINHASH_SIGNATURES,
             ["doc_id"],
-            deps=[table_key(CURATED_DOCUMENTS)],
+            deps=[table_key(T.CURATED_DOCUMENTS)],
             code_version=MINHASH_VERSION,
             description="MinHash signatures, read to verify candidate pairs (dedup.minhash_signatures).",
         ),
@@ -62,19 +57,19 @@ def dedup_minhash(
     snapshot), hash them on the executor, commit both tables."""
     ref, params = parse_partition_key(context.partition_key), params_from(signatures.SignatureParams, config)
     lakehouse = catalog.lakehouse()
-    upstream = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
+    upstream = lakehouse.snapshot_ids([T.CURATED_DOCUMENTS])
     tasks = signatures.plan(
-        lakehouse, ref.crawl, ref.segment, upstream[CURATED_DOCUMENTS.identifier], params, context.run.run_id
+        lakehouse, ref.crawl, ref.segment, upstream[T.CURATED_DOCUMENTS.identifier], params, context.run.run_id
     )
     t0 = time.perf_counter()
     results = run_tasks(context, executor.executor(), signatures.run_task, tasks)
     seconds = time.perf_counter() - t0  # hashing and writing; the commit is not included
-    keys = ((DEDUP_MINHASH_BANDS, MINHASH_BANDS), (DEDUP_MINHASH_SIGNATURES, MINHASH_SIGNATURES))
+    keys = ((T.DEDUP_MINHASH_BANDS, MINHASH_BANDS), (T.DEDUP_MINHASH_SIGNATURES, MINHASH_SIGNATURES))
     prov = {t: provenance(context, key, params.hashed(), upstream) for t, key in keys}
     commits = signatures.commit(lakehouse, ref.crawl, ref.segment, results, prov)
-    bands = minhash_metadata(signatures.totals(results), commits[DEDUP_MINHASH_BANDS], len(tasks), seconds)
+    bands = minhash_metadata(signatures.totals(results), commits[T.DEDUP_MINHASH_BANDS], len(tasks), seconds)
     yield dg.MaterializeResult(asset_key=MINHASH_BANDS, metadata=bands)
-    sigs = commits[DEDUP_MINHASH_SIGNATURES]
+    sigs = commits[T.DEDUP_MINHASH_SIGNATURES]
     sig_meta = {"dagster/row_count": sigs.rows, **shell.commit_metadata(sigs)}
     yield dg.MaterializeResult(asset_key=MINHASH_SIGNATURES, metadata=sig_meta)
 
@@ -93,7 +88,7 @@ def minhash_metadata(totals: dict, commit, tasks: int, seconds: float) -> dict:
 
 
 @dg.asset(
-    **shell.table_asset(DEDUP_NEAR_DUPLICATES, ["doc_id"]),
+    **shell.table_asset(T.DEDUP_NEAR_DUPLICATES, ["doc_id"]),
     deps=[MINHASH_BANDS, MINHASH_SIGNATURES],
     code_version="near-dedup-1",
     automation_condition=dg.AutomationCondition.eager(),
@@ -134,15 +129,16 @@ def near_metadata(stats: dict, commit, upstream: dict, seconds: float) -> dict:
     }
 
 
-minhash_job = dg.define_asset_job(
+minhash_job = shell.asset_job(
     "minhash",
-    selection=dg.AssetSelection.assets(MINHASH_BANDS, MINHASH_SIGNATURES),
+    MINHASH_BANDS,
+    MINHASH_SIGNATURES,
     description="MinHash signatures and LSH bands of one crawl segment's kept documents.",
 )
 
-near_dedup_job = dg.define_asset_job(
+near_dedup_job = shell.asset_job(
     "near_dedup",
-    selection=dg.AssetSelection.assets(NEAR_DUPLICATES),
+    NEAR_DUPLICATES,
     description="Near-duplicate clusters across every materialised partition (band by band from Iceberg).",
 )
 

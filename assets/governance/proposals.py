@@ -38,7 +38,7 @@ from assets.run_view.mixture import Component, MixtureError, select
 from iceberg_catalog import Lakehouse, Provenance
 from iceberg_catalog.keyed_rows import get_row, put_row
 from iceberg_catalog.policy_store import Policy, sha256_hex
-from iceberg_catalog.run_view_contract import canonical_json
+from iceberg_catalog.run_view_contract import Manifest, canonical_json
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, GOVERNANCE_PROPOSALS, TOKENIZED_DOCUMENTS, TOKENIZED_TOKENIZERS
 
 if TYPE_CHECKING:  # polars (~0.2 s) is imported where a dry run or a check runs, not by every process
@@ -478,18 +478,18 @@ def _verify_mixture(lakehouse: Lakehouse, row: Mapping, report: Mapping) -> dict
     (samples, tokens, realised shares); not verified until run_view/candidate was materialised under it."""
     policy = policies.version(lakehouse, "mixture", row["new_version"])
     for view in store.list_run_views(lakehouse):  # newest first
-        manifest = store.load_manifest(lakehouse, view["run_view_id"])["manifest"]
-        if manifest.get("policy") == {"version": policy.label, "sha256": policy.sha256}:
+        manifest = Manifest.from_dict(store.load_manifest(lakehouse, view["run_view_id"])["manifest"])
+        if manifest.policy == {"version": policy.label, "sha256": policy.sha256}:
             actual = {
-                "n_samples": manifest["samples"]["n_samples"],
-                "n_tokens": manifest["samples"]["n_tokens"],
-                "realised": manifest["realised"],
+                "n_samples": manifest.n_samples,
+                "n_tokens": manifest.n_tokens,
+                "realised": [dict(r) for r in manifest.realised],
             }
             predicted = {k: report.get("new", {}).get(k) for k in actual}
             return {
                 "verified": True,
                 "run_view_id": view["run_view_id"],
-                "samples_sha256": manifest["samples"]["sha256"],
+                "samples_sha256": manifest.samples_sha256,
                 "actual": {k: actual[k] for k in ("n_samples", "n_tokens")},
                 "realised_equal_prediction": actual == predicted,
             }

@@ -123,15 +123,15 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-register_benchmark_job = dg.define_asset_job(
+register_benchmark_job = shell.asset_job(
     "register_benchmark",
-    selection=dg.AssetSelection.assets(EVAL_ITEMS),
+    EVAL_ITEMS,
     description="Read one benchmark (a `benchmarks` partition) into quarantine.eval_items.",
 )
 
-decontaminate_job = dg.define_asset_job(
+decontaminate_job = shell.asset_job(
     "decontaminate",
-    selection=dg.AssetSelection.assets(MATCHES),
+    MATCHES,
     description="Match one segment's kept documents against one benchmark's items (benchmark x segment).",
 )
 

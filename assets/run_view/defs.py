@@ -10,6 +10,7 @@ from typing import Any, Optional
 import dagster as dg
 import pydantic
 
+from assets import shell
 from assets.identity import authenticated_user, recorded, require_authenticated
 from assets.plots import paired_bars_markdown
 from assets.run_view import policy as mixture_policy
@@ -19,6 +20,7 @@ from assets.shell import md_table, provenance, table_key
 from iceberg_catalog import Lakehouse, Provenance, config_hash
 from iceberg_catalog import schemas as T
 from iceberg_catalog.erasure import erasure
+from iceberg_catalog.run_view_contract import Manifest
 from resources import IcebergCatalogResource
 
 CANDIDATE = dg.AssetKey(["run_view", "candidate"])  # writes two tables: a key of its own
@@ -143,13 +145,13 @@ def candidate(
     prov = provenance(context, CANDIDATE, spec.config(), extra=stamp)
     policy = mixture_policy.manifest_policy(stamp)
     result = store.build_candidate(lakehouse, spec, prov, supersedes=config.rebuild_of, policy=policy)
-    s = result.manifest["samples"]
+    m = Manifest.from_dict(result.manifest)
     context.log.info(
         "run view %s (%s): %d samples, %d tokens, sha256 %s",
         result.run_view_id,
         result.status,
-        s["n_samples"],
-        s["n_tokens"],
+        m.n_samples,
+        m.n_tokens,
         result.manifest_sha256,
     )
     return dg.MaterializeResult(metadata=candidate_metadata(result, config.rebuild_of))
@@ -157,17 +159,18 @@ def candidate(
 
 def candidate_metadata(result: store.CandidateResult, rebuild_of: Optional[str]) -> dict:
     """What a reviewer looks at on the candidate's materialisation: the mixture, exclusions, inputs, the hash."""
-    m, realised = result.manifest, result.manifest["realised"]
+    m, d = Manifest.from_dict(result.manifest), result.manifest  # typed fields; the dict for JSON metadata
+    realised = m.realised
     return {
         "run_view_id": result.run_view_id,
         "manifest_sha256": result.manifest_sha256,
         "status": result.status,
         "newly_created": result.created,
         "supersedes": rebuild_of or "",
-        "policy_version": m.get("policy", {}).get("version", ""),
-        "dagster/row_count": m["samples"]["n_samples"],
-        "n_tokens": m["samples"]["n_tokens"],
-        "n_documents": m["samples"]["n_documents"],
+        "policy_version": (m.policy or {}).get("version", ""),
+        "dagster/row_count": m.n_samples,
+        "n_tokens": m.n_tokens,
+        "n_documents": m.n_documents,
         "mixture": md_table(
             [
                 "component",
@@ -201,12 +204,12 @@ def candidate_metadata(result: store.CandidateResult, rebuild_of: Optional[str])
                 "token share per component",
             )
         ),
-        "exclusions": dg.MetadataValue.json(m["exclusions"]),
-        "quarantine": dg.MetadataValue.json(m["quarantine"]),
-        "inputs": dg.MetadataValue.json(m["inputs"]),
+        "exclusions": dg.MetadataValue.json(d["exclusions"]),
+        "quarantine": dg.MetadataValue.json(d["quarantine"]),
+        "inputs": dg.MetadataValue.json(d["inputs"]),
         "manifest_summary": dg.MetadataValue.json(
             {
-                k: m[k]
+                k: d[k]
                 for k in ("tokenizer", "seed", "epoch_policy", "packing", "samples", "code_version", "config_hash")
             }
         ),
@@ -291,9 +294,9 @@ def quarantine_clean(context: dg.AssetCheckExecutionContext, catalog: IcebergCat
     )
 
 
-run_view_candidate_job = dg.define_asset_job(
+run_view_candidate_job = shell.asset_job(
     "run_view_candidate",
-    selection=dg.AssetSelection.assets(CANDIDATE),
+    CANDIDATE,
     description="Build a run view candidate from its config (mixture, seed, packing) and run its blocking checks; "
     "then a reviewer publishes it with the publish_run_view job.",
 )

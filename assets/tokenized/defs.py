@@ -137,15 +137,15 @@ def tokenized_documents_check(
     )
 
 
-register_tokenizer_job = dg.define_asset_job(
+register_tokenizer_job = shell.asset_job(
     "register_tokenizer",
-    selection=dg.AssetSelection.assets(TOKENIZERS),
+    TOKENIZERS,
     description="Store a named tokenizer.json (a `tokenizers` partition) in tokenized.tokenizers.",
 )
 
-tokenize_job = dg.define_asset_job(
+tokenize_job = shell.asset_job(
     "tokenize",
-    selection=dg.AssetSelection.assets(TOKENIZED_DOCUMENTS),
+    TOKENIZED_DOCUMENTS,
     description="Tokenize one (tokenizer, crawl segment) partition of kept documents, then check checksums.",
 )
 

@@ -336,7 +336,7 @@ def cpu_of(pid: int) -> float:
 def test_restart_after_a_timeout_forks_the_template_and_gives_the_same_texts(real_pages):
     with Extractor() as fresh:
         expected = [fresh.extract(*item).text for item in real_pages[:6]]
-    with Extractor(max_html_bytes=len(SLOW_PAGE) + 1) as ex:
+    with Extractor(timeout_s=1.0, max_html_bytes=len(SLOW_PAGE) + 1) as ex:
         assert ex.extract(page().encode(), "text/html").decision is None
         template = ex._template.proc.pid
         assert ex.extract(SLOW_PAGE, "text/html").decision == DECISION_EXTRACT_TIMEOUT
@@ -358,7 +358,7 @@ def test_restart_after_a_timeout_forks_the_template_and_gives_the_same_texts(rea
 
 
 def test_killing_the_template_mid_run_loses_nothing():
-    with Extractor(max_html_bytes=len(SLOW_PAGE) + 1) as ex:
+    with Extractor(timeout_s=1.0, max_html_bytes=len(SLOW_PAGE) + 1) as ex:
         assert ex.extract(page().encode(), "text/html").decision is None
         old_template, old_worker = ex._template.proc, ex._worker.pid
         os.kill(old_template.pid, signal.SIGKILL)

@@ -15,6 +15,7 @@ from pathlib import Path
 import kenlm
 import pytest
 
+from assets.curated.models import REFERENCE_CORPUS as CORPUS
 from assets.curated.ngram_lm import (
     EOS,
     UNK,
@@ -25,7 +26,6 @@ from assets.curated.ngram_lm import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 
 # Built by hand so that the trigram count-of-counts are t1..t4 = 4, 2, 1, 1:
 # "a1 a2 a3 a4" gives 4 trigrams seen once, "b1 b2" twice gives 2 seen twice, and so on.

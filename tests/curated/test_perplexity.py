@@ -6,13 +6,13 @@ import lzma
 import math
 import random
 import re
-from pathlib import Path
 
 import kenlm
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from assets.curated.models import REFERENCE_CORPUS as CORPUS
 from assets.curated.ngram_lm import estimate_arpa, lm_tokenize
 from assets.curated.perplexity import (
     DocPerplexity,
@@ -34,7 +34,6 @@ def buckets_by_language(langs, ppls, head_pct=30, tail_pct=60):
     return [language_bucket(lang, ppl, thresholds) for lang, ppl in zip(langs, ppls)]
 
 
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 N_TRAIN_ARTICLES = 50  # the first half of the excerpt keeps the build to a few seconds
 N_HELD_OUT_ARTICLES = 4  # the last articles, never seen in training
 SENTENCE = "the united states is a country in north america ."

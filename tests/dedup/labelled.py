@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from assets.curated.models import REFERENCE_CORPUS as WIKIPEDIA
 from assets.dedup.minhash import MinHashParams, band_hashes, estimated_jaccard, shingles, signature_of_shingles
 from tests.dedup.reference import candidate_pairs, match_probability
 
 REPO = Path(__file__).resolve().parents[2]
-WIKIPEDIA = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 NEWS = (
     REPO / "tests" / "curated" / "data" / "quality" / "scrapinghub_articles.jsonl",
     REPO / "tests" / "dedup" / "data" / "scrapinghub_articles.jsonl",

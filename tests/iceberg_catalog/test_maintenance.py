@@ -17,6 +17,7 @@ import pytest
 from pyiceberg.expressions import EqualTo
 from tokenizers import Tokenizer
 
+from assets.curated.models import REFERENCE_CORPUS
 from iceberg_catalog import CatalogConfig, PartitionWriter, Provenance, config_hash, open_catalog
 from iceberg_catalog.maintenance import (
     count_matching_in_retained_snapshots,
@@ -48,7 +49,7 @@ BOUND = b"http://0-erasure"
 
 def articles(n: int) -> list[tuple[str, str]]:
     """(title, first paragraphs) of the first `n` articles of the repo's Wikipedia excerpt."""
-    raw = lzma.decompress((REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz").read_bytes()).decode()
+    raw = lzma.decompress(REFERENCE_CORPUS.read_bytes()).decode()
     docs = re.findall(r'<doc title="([^"]+)">\n(.*?)</doc>', raw, flags=re.S)
     return [(title, body[:1500]) for title, body in docs[:n]]
 

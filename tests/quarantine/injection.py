@@ -23,12 +23,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from assets.curated.models import REFERENCE_CORPUS as WIKIPEDIA
 from assets.quarantine.benchmarks import EvalItem
 from assets.quarantine.ngrams import normalise_words
 from assets.quarantine.semantic import reference_runs
 
 REPO = Path(__file__).resolve().parents[2]
-WIKIPEDIA = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 JSONL_DOCS = (
     REPO / "tests" / "curated" / "data" / "quality" / "scrapinghub_articles.jsonl",
     REPO / "tests" / "curated" / "data" / "quality" / "scrapinghub_navigation.jsonl",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from assets.curated.models import REFERENCE_CORPUS as CORPUS
 from assets.run_view import store
 from assets.run_view.mixture import Component
 from assets.tokenized.tokens import encode_documents, load_tokenizer, tokenizer_row, tokens_checksum
@@ -30,7 +31,6 @@ from iceberg_catalog.schemas import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = REPO / "data" / "corpus" / "enwiki_excerpt_clean_104articles.txt.xz"
 GPT2 = REPO / "data" / "tokenizers" / "gpt2_tokenizer.json"
 SEGMENTS = ("TEST-CRAWL/seg-a", "TEST-CRAWL/seg-b")
 BENCHMARK = "testbench"
