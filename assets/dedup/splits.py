@@ -29,15 +29,18 @@ _SCALE = float(1 << 64)
 # cosine of two documents' wordllama embeddings from which they are semantic neighbours; measured, see
 # semantic_clusters.py and tests/dedup/test_semantic_clusters.py
 SEMANTIC_THRESHOLD = 0.75
+VALIDATION_FRACTION = 0.005  # of clusters, not documents
+TEST_FRACTION = 0.005
+SPLIT_SEED = 0
 
 
 @dataclass(frozen=True)
 class SplitParams:
     """How documents are split: fractions of clusters (not documents) and the seed of the assignment."""
 
-    validation: float = 0.005
-    test: float = 0.005
-    seed: int = 0
+    validation: float = VALIDATION_FRACTION
+    test: float = TEST_FRACTION
+    seed: int = SPLIT_SEED
     semantic_threshold: float | None = SEMANTIC_THRESHOLD
 
     def __post_init__(self) -> None:

@@ -14,7 +14,16 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import And, EqualTo, IsNull, Not, Or
 
 from assets.dedup.semantic_clusters import split_cluster_ids
-from assets.dedup.splits import SEMANTIC_THRESHOLD, SPLITS, SplitParams, cluster_ids, split_of
+from assets.dedup.splits import (
+    SEMANTIC_THRESHOLD,
+    SPLIT_SEED,
+    SPLITS,
+    TEST_FRACTION,
+    VALIDATION_FRACTION,
+    SplitParams,
+    cluster_ids,
+    split_of,
+)
 from assets.knobs import knob
 from assets.run_view.layout import publish_layout
 from assets.run_view.mixture import Component, Realised, select, within_tolerance
@@ -133,9 +142,9 @@ class RunViewSpec:
         "'train', 'validation' or 'test': only documents whose cluster (near duplicates joined by semantic "
         "links, assets/dedup/splits.py) falls in that split; null: every document.",
     )
-    validation_fraction: float = knob(0.005, "Share of near-duplicate clusters in the validation split.")
-    test_fraction: float = knob(0.005, "Share of near-duplicate clusters in the test split.")
-    split_seed: int = knob(0, "Seed of the split assignment (not of the selection order: that is `seed`).")
+    validation_fraction: float = knob(VALIDATION_FRACTION, "Share of near-duplicate clusters in the validation split.")
+    test_fraction: float = knob(TEST_FRACTION, "Share of near-duplicate clusters in the test split.")
+    split_seed: int = knob(SPLIT_SEED, "Seed of the split assignment (not of the selection order: that is `seed`).")
     semantic_threshold: float | None = knob(
         SEMANTIC_THRESHOLD,
         "With a split: documents whose embeddings have at least this cosine are semantic neighbours and share "

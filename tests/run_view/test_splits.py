@@ -209,3 +209,9 @@ def test_a_cluster_keeps_its_name_and_split_when_its_canonical_is_erased(lakehou
 def _samples(lakehouse, result: store.CandidateResult) -> list[dict]:
     rows = lakehouse.scan(RUN_VIEW_SAMPLES, row_filter=EqualTo("run_view_id", result.run_view_id))
     return rows.to_pylist()
+
+
+def test_a_run_view_spec_splits_with_the_split_defaults():
+    """One default per knob: the run view's split knobs default to SplitParams' own values."""
+    spec = store.RunViewSpec(components=(), split="validation")
+    assert spec.split_params() == SplitParams()
