@@ -6,6 +6,10 @@ scan order; `run_task` curates the HTML records of its slice into staged files (
 percentiles over the whole partition; `bucket_plan` / `run_bucket_task` rewrite each staged file with its
 bucket into the final data files; `commit` replaces the partition in one transaction, then deletes the staged
 files. Rows keep the raw scan order whatever the tasks' grouping or the order they finished in.
+
+Exact duplicates run the same way over every partition: `exact_plan` cuts the text-hash space into contiguous
+ranges, `run_exact_task` reads only its range's rows (pinned snapshot) and decides them, and
+`commit_exact_duplicates` writes the ranges' rows in range order (the global hash order) in one transaction.
 """
 
 from __future__ import annotations
@@ -13,14 +17,25 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import And, EqualTo
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThanOrEqual,
+    IsNull,
+    LessThan,
+    Or,
+)
 
 from assets.curated.perplexity import language_bucket, language_thresholds
 from assets.curated.pipeline import RAW_COLUMNS, CurateParams, curate_records, funnel, is_html
+from assets.knobs import knob
 from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskOutput, TaskResult
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, RAW_WARC_RECORDS
 
@@ -254,9 +269,82 @@ class PartitionStats:
         return funnel(self.decisions.elements())
 
 
-# ---- exact duplicates over every partition -----------------------------------------------------------------
+# ---- exact duplicates over every partition, as tasks on hash ranges ----------------------------------------
 
 EXACT_DEDUP_CONFIG = {"key": "text_sha256", "order": "crawl,doc_id"}  # what the rows depend on (config hash)
+EXACT_COLUMNS = ("doc_id", "crawl", "segment", "text_sha256", "kept", "decision")
+DUPLICATE_COLUMNS = ("doc_id", "crawl", "segment", "decision", "duplicate_of", "duplicate_of_crawl", "text_sha256")
+# Shard bounds are this many hex digits of the hash: 2**32 ranges is far more shards than any run asks for.
+BOUND_DIGITS = 8
+
+
+@dataclass(frozen=True)
+class ExactDedupParams:
+    """How the exact-duplicate step is cut into tasks; the rows never depend on it."""
+
+    shards: int = knob(16, "tasks, each over a contiguous range of text hashes (results do not depend on it)")
+
+    def hashed(self) -> dict:
+        """What changes the stored rows (the config hash): the key and the order, not the shard count, so the
+        config hash is the one the single-process step recorded."""
+        return dict(EXACT_DEDUP_CONFIG)
+
+
+@dataclass(frozen=True)
+class ExactDedupTask:
+    """The documents whose text_sha256 is in [lo, hi) (None: unbounded) at a pinned snapshot. Shard 0 also
+    reads the documents without a text hash, so every document's decision is counted by exactly one task."""
+
+    index: int
+    lakehouse: Lakehouse
+    snapshot_id: int | None
+    lo: str | None
+    hi: str | None
+
+
+def hash_bounds(shards: int) -> list[str | None]:
+    """`shards` + 1 bounds cutting the lowercase-hex hash space into contiguous ranges, None at both ends.
+    Hex digits sort the same as strings and as numbers, so the ranges in order are the global hash order."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    space = 16**BOUND_DIGITS
+    inner = [f"{i * space // shards:0{BOUND_DIGITS}x}" for i in range(1, shards)]
+    return [None, *inner, None]
+
+
+def exact_plan(
+    lakehouse: Lakehouse, documents_snapshot_id: int | None, params: ExactDedupParams
+) -> list[ExactDedupTask]:
+    """One task per hash range, in hash order."""
+    bounds = hash_bounds(params.shards)
+    return [ExactDedupTask(i, lakehouse, documents_snapshot_id, lo, hi) for i, (lo, hi) in enumerate(pairwise(bounds))]
+
+
+def shard_filter(task: ExactDedupTask) -> BooleanExpression:
+    """The task's rows: its hash range (pruned by the files' statistics); shard 0 adds the rows without text."""
+    where: BooleanExpression = AlwaysTrue()
+    if task.lo is not None:
+        where = And(where, GreaterThanOrEqual("text_sha256", task.lo))
+    if task.hi is not None:
+        where = And(where, LessThan("text_sha256", task.hi))
+    return Or(where, IsNull("text_sha256")) if task.index == 0 else where
+
+
+def run_exact_task(task: ExactDedupTask) -> TaskResult:
+    """Stream the range's rows, count every decision, keep the kept rows' (doc_id, crawl, segment, hash) and
+    return their duplicate rows (sorted by hash, crawl, doc_id) as column lists in the stats. Holds only its
+    shard; writes nothing: the commit writes every shard's rows in one file, as the single process did, so
+    the data file and its metadata numbers do not depend on the shard count."""
+    decisions: Counter = Counter()
+    kept: list[pa.Table] = []
+    reader = task.lakehouse.batches_at(CURATED_DOCUMENTS, task.snapshot_id, EXACT_COLUMNS, shard_filter(task))
+    for batch in reader:
+        decisions.update(d or "kept" for d in batch.column("decision").to_pylist())
+        rows = pa.Table.from_batches([batch]).filter(pc.field("kept"))
+        kept.append(rows.select(["doc_id", "crawl", "segment", "text_sha256"]))
+    docs = pa.concat_tables(kept) if kept else _no_documents()
+    rows = exact_duplicate_rows(docs)
+    return TaskResult(task.index, (), {"rows": rows.to_pydict(), "kept": docs.num_rows, "decisions": dict(decisions)})
 
 
 @dataclass(frozen=True)
@@ -267,6 +355,16 @@ class ExactDuplicates:
     kept: int
     decisions: Counter
 
+    @classmethod
+    def of(cls, results: Sequence[TaskResult]) -> ExactDuplicates:
+        """The shards' rows in hash-range order (the global sort order), whatever order they finished in."""
+        ordered = sorted(results, key=lambda r: r.task_index)
+        rows = _string_table({k: [v for r in ordered for v in r.stats["rows"][k]] for k in DUPLICATE_COLUMNS})
+        decisions: Counter = Counter()
+        for r in ordered:
+            decisions.update(r.stats["decisions"])
+        return cls(rows, sum(r.stats["kept"] for r in ordered), decisions)
+
     def funnel(self) -> list[tuple[str, int]]:
         """Every partition's funnel with exact duplicates taken out of `kept`."""
         n_dup = self.rows.num_rows
@@ -274,14 +372,12 @@ class ExactDuplicates:
         return full + [("exact_duplicate", n_dup), ("kept", self.kept - n_dup)]
 
 
-def exact_duplicates(lakehouse: Lakehouse, documents_snapshot_id: int | None) -> ExactDuplicates:
-    """Exact duplicates among the kept documents of every partition of curated.documents at a snapshot."""
-    docs = lakehouse.scan_at(
-        CURATED_DOCUMENTS, documents_snapshot_id, ("doc_id", "crawl", "segment", "text_sha256", "kept", "decision")
-    )
-    kept = docs.filter(pc.field("kept")).select(["doc_id", "crawl", "segment", "text_sha256"])
-    decisions = Counter(d or "kept" for d in docs["decision"].to_pylist())
-    return ExactDuplicates(exact_duplicate_rows(kept), kept.num_rows, decisions)
+def _string_table(columns: Mapping[str, list]) -> pa.Table:
+    return pa.table({k: pa.array(v, pa.string()) for k, v in columns.items()})
+
+
+def _no_documents() -> pa.Table:
+    return _string_table({k: [] for k in ("doc_id", "crawl", "segment", "text_sha256")})
 
 
 def exact_duplicate_rows(docs: pa.Table) -> pa.Table:
@@ -289,9 +385,7 @@ def exact_duplicate_rows(docs: pa.Table) -> pa.Table:
     first = smallest (crawl, doc_id), with the canonical document it duplicates."""
     ordered = docs.sort_by([("text_sha256", "ascending"), ("crawl", "ascending"), ("doc_id", "ascending")])
     cols = {k: ordered[k].to_pylist() for k in ("doc_id", "crawl", "segment", "text_sha256")}
-    out: dict[str, list] = {
-        k: [] for k in ("doc_id", "crawl", "segment", "decision", "duplicate_of", "duplicate_of_crawl", "text_sha256")
-    }
+    out: dict[str, list] = {k: [] for k in DUPLICATE_COLUMNS}
     first = 0
     for i, digest in enumerate(cols["text_sha256"]):
         if i == 0 or digest != cols["text_sha256"][first]:
@@ -302,7 +396,7 @@ def exact_duplicate_rows(docs: pa.Table) -> pa.Table:
         out["decision"].append("exact_duplicate")
         out["duplicate_of"].append(cols["doc_id"][first])
         out["duplicate_of_crawl"].append(cols["crawl"][first])
-    return pa.table({k: pa.array(v, pa.string()) for k, v in out.items()})
+    return _string_table(out)
 
 
 def commit_exact_duplicates(lakehouse: Lakehouse, found: ExactDuplicates, provenance: Provenance) -> CommitResult:

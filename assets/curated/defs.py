@@ -40,6 +40,7 @@ LangidValidationConfig = config_from(models.LangidValidationParams, "LangidValid
 CurateConfig = config_from(CurateParams, "CurateConfig")
 DomainModelConfig = config_from(domain.DomainModelParams, "DomainModelConfig")
 DomainValidationConfig = config_from(domain.DomainValidationParams, "DomainValidationConfig")
+ExactDedupConfig = config_from(curate.ExactDedupParams, "ExactDedupConfig")
 
 
 # ---- the reference language model ------------------------------------------------------------------------
@@ -339,13 +340,20 @@ def _rules_rows(stats: curate.PartitionStats) -> list[tuple[str, int, int]]:
     code_version="exact-dedup-1",
     automation_condition=dg.AutomationCondition.eager(),
 )
-def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogResource) -> dg.MaterializeResult:
+def exact_duplicates(
+    context: dg.AssetExecutionContext,
+    config: ExactDedupConfig,
+    catalog: IcebergCatalogResource,
+    executor: TaskExecutorResource,
+) -> dg.MaterializeResult:
     """Exact duplicates of kept documents across ALL materialised partitions (hash of the stored text; the first
-    by crawl then doc_id stays). Table curated.exact_duplicates."""
-    lakehouse = catalog.lakehouse()
+    by crawl then doc_id stays). Tasks on contiguous hash ranges of curated.documents (pinned at one snapshot)
+    each decide their range; one commit writes curated.exact_duplicates. The shard count changes no row."""
+    params, lakehouse = params_from(curate.ExactDedupParams, config), catalog.lakehouse()
     upstream = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
-    found = curate.exact_duplicates(lakehouse, upstream[CURATED_DOCUMENTS.identifier])
-    prov = provenance(context, EXACT_DUPLICATES, curate.EXACT_DEDUP_CONFIG, upstream, thresholds_stamp(lakehouse))
+    tasks = curate.exact_plan(lakehouse, upstream[CURATED_DOCUMENTS.identifier], params)
+    found = curate.ExactDuplicates.of(run_tasks(context, executor.executor(), curate.run_exact_task, tasks))
+    prov = provenance(context, EXACT_DUPLICATES, params.hashed(), upstream, thresholds_stamp(lakehouse))
     commit = curate.commit_exact_duplicates(lakehouse, found, prov)
     n_dup = found.rows.num_rows
     context.log.info("%d exact duplicates among %d kept documents", n_dup, found.kept)
@@ -355,6 +363,7 @@ def exact_duplicates(context: dg.AssetExecutionContext, catalog: IcebergCatalogR
             "kept_before_dedup": found.kept,
             "kept_after_dedup": found.kept - n_dup,
             **shell.commit_metadata(commit, upstream),
+            "tasks": len(tasks),
             "funnel_all_partitions": md_table(["decision", "documents"], found.funnel()),
         }
     )

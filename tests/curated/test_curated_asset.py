@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import dagster as dg
@@ -40,6 +40,7 @@ CC_FILE = next(SAMPLE_CRAWL.rglob("CC-MAIN-2020-34/**/*.warc.gz"))
 WGET = sorted(SAMPLE_CRAWL.rglob("wget-2024/warc/*.warc.gz"))
 IGNORED = {"extract_seconds"}  # wall-clock measurements: the only columns allowed to differ between runs
 DOCUMENTS_OP = "curated__documents"
+EXACT_OP = "curated__exact_duplicates"
 
 
 class ReversedExecutor:
@@ -347,6 +348,49 @@ def test_exact_duplicates_across_partitions_keep_the_earliest_crawl(
     assert t.num_rows == kept_2023.num_rows  # every kept 2024 copy is a duplicate of its 2023 original
     assert set(t["crawl"].to_pylist()) == {"CRAWL-2024"} and set(t["duplicate_of_crawl"].to_pylist()) == {"CRAWL-2023"}
     assert set(t["duplicate_of"].to_pylist()) == set(kept_2023["doc_id"].to_pylist())
+
+
+def test_exact_duplicates_are_the_same_for_any_shard_count_and_task_order(
+    tokenlake_home, instance, crawl_root, reference_lm_file
+):
+    """1, 3 and 16 hash-range tasks, run forwards or backwards, commit the rows one process finds over the whole
+    table (the oracle below), with the same metadata numbers; each task holds only its range."""
+    from warc_fixtures import members
+
+    data = WGET[0].read_bytes()
+    recrawl = b"".join(_with_new_record_id(data[o : o + n]) for o, n, _ in members(data))
+    root = crawl_root({"CRAWL-2023/s": {"a.warc.gz": data}, "CRAWL-2024/s": {"b.warc.gz": recrawl}})
+    curate_segments(instance, root, ["CRAWL-2023/s", "CRAWL-2024/s"], reference_lm_file)
+    lakehouse = Lakehouse()
+    snapshot = lakehouse.snapshot_id(CURATED_DOCUMENTS)
+    whole = lakehouse.scan_at(CURATED_DOCUMENTS, snapshot, curate.EXACT_COLUMNS)
+    oracle = curate.exact_duplicate_rows(
+        whole.filter(pc.field("kept")).select(["doc_id", "crawl", "segment", "text_sha256"])
+    )
+    assert oracle.num_rows > 0
+    for shards in (1, 3, 16):
+        tasks = curate.exact_plan(lakehouse, snapshot, curate.ExactDedupParams(shards=shards))
+        results = [curate.run_exact_task(t) for t in reversed(tasks)]
+        for t, r in zip(reversed(tasks), results):
+            assert all((t.lo or "") <= h < (t.hi or "g") for h in r.stats["rows"]["text_sha256"])
+        found = curate.ExactDuplicates.of(results)
+        assert found.rows.equals(oracle) and found.kept == pc.sum(whole["kept"]).as_py()
+        assert found.decisions == Counter(d or "kept" for d in whole["decision"].to_pylist())
+    seen = set()
+    for shards, executor in ((1, None), (3, ReversedExecutorResource()), (16, ReversedExecutorResource())):
+        res = dg.materialize(
+            list(curated_defs.defs.assets),
+            instance=instance,
+            resources=resources(lm=reference_lm_file, executor=executor),
+            run_config={"ops": {EXACT_OP: {"config": {"shards": shards}}}},
+            selection=dg.AssetSelection.assets(curated_defs.EXACT_DUPLICATES),
+        )
+        md = res.asset_materializations_for_node(EXACT_OP)[0].metadata
+        assert md["tasks"].value == shards
+        numbers = {k: md[k].value for k in ("dagster/row_count", "kept_before_dedup", "funnel_all_partitions")}
+        seen.add((repr(numbers), repr(table_digest(lakehouse, CURATED_EXACT_DUPLICATES))))
+    assert len(seen) == 1
+    assert Lakehouse().scan(CURATED_EXACT_DUPLICATES).to_pylist() == oracle.to_pylist()
 
 
 def test_reference_lm_asset_builds_byte_identical_arpa(tokenlake_home, instance, reference_lm_file):
