@@ -286,22 +286,13 @@ def use_temp_home(home: Path, crawl_root: Path) -> None:
         os.environ.pop(var, None)
 
 
-def _failure_message(res) -> str:
-    errors = [
-        str(e.event_specific_data.error.message).strip()
-        for e in res.all_events
-        if e.is_failure and getattr(e.event_specific_data, "error", None) is not None
-    ]
-    return errors[-1] if errors else "no error message"
-
-
 def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
     """One step of ours in a fresh process; prints one JSON line."""
     become_subreaper()
     use_temp_home(home, crawl)
     import dagster as dg
 
-    from orchestration.instance import prepare_dagster_home
+    from orchestration.instance import failure_message, prepare_dagster_home
 
     prepare_dagster_home()
     from orchestration.definitions import defs
@@ -318,7 +309,7 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
                 instance=instance, partition_key=key, run_config=QUIET_LOGGERS, raise_on_error=False
             )
             if not res.success:
-                raise SystemExit(f"raw_ingest of {key} failed: {_failure_message(res)}")
+                raise SystemExit(f"raw_ingest of {key} failed: {failure_message(res)}")
             for mat in res.asset_materializations_for_node("raw_warc_ingest"):
                 if mat.asset_key.path == ["raw", "warc_records"]:
                     responses += mat.metadata["dagster/row_count"].value
@@ -332,7 +323,7 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
             instance=instance, run_config=QUIET_LOGGERS, raise_on_error=False
         )
         if not res.success:
-            raise SystemExit(f"curate_models failed: {_failure_message(res)}")
+            raise SystemExit(f"curate_models failed: {failure_message(res)}")
     else:
         from assets.curated.defs import DOCUMENTS
         from iceberg_catalog.schemas import CURATED_DOCUMENTS
@@ -353,7 +344,7 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
                 instance=instance, partition_key=key, run_config=run_config, raise_on_error=False
             )
             if not res.success:
-                raise SystemExit(f"curate of {key} failed: {_failure_message(res)}")
+                raise SystemExit(f"curate of {key} failed: {failure_message(res)}")
             for mat in res.asset_materializations_for_node(op_name):
                 md = mat.metadata
                 totals["rows"] += md["dagster/row_count"].value
