@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo
+from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, BooleanExpression, EqualTo
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table
 
@@ -389,13 +389,40 @@ def commit_partition(
     table_def = TABLES[identifier]
     if set(partition) != set(table_def.partition_by):
         raise ValueError(f"{identifier} is partitioned by {table_def.partition_by}; got partition {dict(partition)!r}")
+    return commit_replacing(
+        catalog,
+        identifier,
+        partition_filter(partition),
+        paths,
+        provenance,
+        catalog_fingerprint=catalog_fingerprint,
+        rows=rows,
+        max_attempts=max_attempts,
+        what=f"partition {dict(partition)}",
+    )
+
+
+def commit_replacing(
+    catalog: Catalog,
+    identifier: str,
+    predicate: BooleanExpression,
+    paths: Sequence[str],
+    provenance: Provenance,
+    *,
+    catalog_fingerprint: str = "",
+    rows: int = 0,
+    max_attempts: int = 8,
+    what: str = "rows",
+) -> CommitResult:
+    """Atomically delete the rows of `identifier` matching `predicate` and add the data files `paths` (in that
+    order), in ONE Iceberg transaction carrying the provenance properties (a snapshot even when both are empty:
+    every materialisation is on record). `what` names the replaced rows in a conflict's message."""
     props = provenance.snapshot_properties()
     versions = join_policy_versions(
         provenance.extra.get(POLICY_VERSION), inherited_policy_versions(catalog, provenance)
     )
     if versions:
         props[PROPERTY_PREFIX + POLICY_VERSION] = versions
-    predicate = partition_filter(partition)
     attempts = 0
     while True:
         attempts += 1
@@ -405,19 +432,19 @@ def commit_partition(
                 with transaction(table) as tx, warnings.catch_warnings():
                     # "Delete operation did not match any records" on a first materialisation is expected.
                     warnings.filterwarnings("ignore", message="Delete operation did not match")
-                    tx.delete(predicate, snapshot_properties=props)
+                    if not isinstance(predicate, AlwaysFalse):
+                        tx.delete(predicate, snapshot_properties=props)
                     if paths:
                         tx.add_files(list(paths), snapshot_properties=props, check_duplicate_files=False)
-                    else:
-                        # an empty partition still leaves a snapshot: every materialisation is on record
+                    else:  # an empty change still leaves a snapshot: every materialisation is on record
                         from pyiceberg.io.pyarrow import schema_to_pyarrow  # imports pandas: only here
 
                         tx.append(schema_to_pyarrow(table.schema()).empty_table(), snapshot_properties=props)
                 table = catalog.load_table(identifier)
             break
         except CommitFailedException as exc:
-            what = f"committing partition {dict(partition)} of {identifier}"
-            back_off(exc, attempts, max_attempts, what, identifier, base_s=0.2, cap_s=30.0)
+            what_failed = f"committing {what} of {identifier}"
+            back_off(exc, attempts, max_attempts, what_failed, identifier, base_s=0.2, cap_s=30.0)
     snap = table.current_snapshot()
     return CommitResult(identifier, snap.snapshot_id if snap else None, rows, len(paths), attempts)
 

@@ -24,6 +24,7 @@ from iceberg_catalog.commit import (
     Provenance,
     TaskOutput,
     TaskResult,
+    commit_replacing,
     commit_results,
     table_commit_lock,
     task_output,
@@ -213,6 +214,22 @@ class Lakehouse:
             catalog_fingerprint=self.lock_key,
         )
         return {t: done[t.identifier] for t in partitions}
+
+    def commit_replacing(
+        self, t: TableDef, predicate: BooleanExpression, results: Iterable[TaskResult], provenance: Provenance
+    ) -> CommitResult:
+        """ONE transaction that deletes the rows of `t` matching `predicate` and adds every task's files of `t`,
+        in task order (several partitions at once: e.g. every crawl from the first one recomputed)."""
+        written = sorted((w for r in results for w in r.files if w.table == t.identifier), key=lambda w: w.task_index)
+        return commit_replacing(
+            self.catalog,
+            t.identifier,
+            predicate,
+            [p for w in written for p in w.paths],
+            provenance,
+            catalog_fingerprint=self.lock_key,
+            rows=sum(w.rows for w in written),
+        )
 
 
 def _identifier(t: TableDef) -> str:

@@ -300,7 +300,9 @@ DEDUP_NEAR_DUPLICATES = TableDef(
         (5, "cluster_id", StringType(), True),  # doc_id of the canonical document
         (6, "cluster_size", IntegerType(), True),  # kept for duplicate-aware up-weighting (FineWeb-2)
         (7, "duplicate_of", StringType(), False),
+        (8, "cluster_crawl", StringType(), False),  # crawl of the canonical document
     ),
+    partition_by=("crawl",),
 )
 
 # The tokenizer as data: the exact tokenizer.json is recoverable from the lakehouse by its id.

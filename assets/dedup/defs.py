@@ -90,20 +90,26 @@ def minhash_metadata(totals: dict, commit, tasks: int, seconds: float) -> dict:
 @dg.asset(
     **shell.table_asset(T.DEDUP_NEAR_DUPLICATES, ["doc_id"]),
     deps=[MINHASH_BANDS, MINHASH_SIGNATURES],
-    code_version="near-dedup-1",
+    code_version="near-dedup-2",
     automation_condition=dg.AutomationCondition.eager(),
 )
 def near_duplicates(
-    context: dg.AssetExecutionContext, config: NearDuplicateConfig, catalog: IcebergCatalogResource
+    context: dg.AssetExecutionContext,
+    config: NearDuplicateConfig,
+    catalog: IcebergCatalogResource,
+    executor: TaskExecutorResource,
 ) -> dg.MaterializeResult:
-    """Near-duplicate clusters over ALL materialised segments, band by band from the LSH index
-    (dedup.near_duplicates). The earliest crawl, then the smallest doc_id, is a cluster's canonical document
-    and stays so as crawls are added. Candidate pairs are verified by `verify` (exact Jaccard by default)."""
+    """Near-duplicate clusters over ALL materialised segments (dedup.near_duplicates), as stages of tasks on the
+    executor, each holding one shard. The earliest crawl, then the smallest doc_id, is a cluster's canonical
+    document; crawls are added in order and a run rewrites only the crawls from the first whose inputs changed.
+    Candidate pairs are verified by `verify` (exact Jaccard by default)."""
     params, lakehouse = params_from(near.NearDuplicateParams, config), catalog.lakehouse()
     t0 = time.perf_counter()
     plan = near.plan(lakehouse, params, context.run.run_id)
-    result = near.run(plan)
-    commit = near.commit(lakehouse, result, provenance(context, NEAR_DUPLICATES, params.hashed(), plan.snapshot_ids))
+    context.log.info("recomputing crawls %s (%d partitions)", plan.recomputed(), plan.parts)
+    result = near.execute(plan, LoggedExecutor(context, executor.executor()))
+    prov = provenance(context, NEAR_DUPLICATES, params.hashed(), plan.snapshot_ids)
+    commit = near.commit(lakehouse, plan, result, prov)
     stats = result.stats
     context.log.info(
         "%d documents, %d candidate pairs, %d verified, %d near duplicates",
@@ -112,19 +118,38 @@ def near_duplicates(
         stats["verified_pairs"],
         stats["near_duplicates"],
     )
-    return dg.MaterializeResult(metadata=near_metadata(stats, commit, plan.snapshot_ids, time.perf_counter() - t0))
+    seconds = time.perf_counter() - t0
+    return dg.MaterializeResult(metadata=near_metadata(stats, result.stages, commit, plan.snapshot_ids, seconds))
 
 
-def near_metadata(stats: dict, commit, upstream: dict, seconds: float) -> dict:
-    """Counts of the clustering, and near duplicates per crawl."""
-    counts = ("documents", "bands", "candidate_pairs", "verified_pairs", "clusters", "near_duplicates")
+class LoggedExecutor:
+    """The executor, each stage's progress logged to the run (`shell.run_tasks`)."""
+
+    def __init__(self, context: dg.AssetExecutionContext, executor) -> None:
+        self.context, self.executor = context, executor
+
+    def map(self, fn, tasks, progress=None):
+        return run_tasks(self.context, self.executor, fn, tasks)
+
+
+def near_metadata(stats: dict, stages, commit, upstream: dict, seconds: float) -> dict:
+    """Counts of the clustering, near duplicates per crawl, and what each stage cost."""
+    counts = ("documents", "bands", "candidate_pairs", "verified_pairs", "clusters", "near_duplicates", "rounds")
     return {
         "dagster/row_count": commit.rows,
         **{k: stats[k] for k in counts},
+        "recomputed_crawls": ", ".join(stats["recomputed_crawls"]) or "none",
         "seconds": round(seconds, 2),
         **shell.commit_metadata(commit, upstream),
         "near_duplicates_by_crawl": md_table(
             ["crawl", "near duplicates"], sorted(stats["near_duplicates_by_crawl"].items())
+        ),
+        "stages": md_table(
+            ["stage", "tasks", "wall s", "CPU s", "largest task peak RSS MiB", "MiB read"],
+            [
+                (s.name, s.tasks, s.wall_s, s.cpu_s, round(s.peak_rss_bytes / 2**20, 1), round(s.bytes_read / 2**20, 1))
+                for s in stages
+            ],
         ),
     }
 

@@ -194,6 +194,12 @@ def _word_hashes(text: bytes) -> np.ndarray:
     return _segment_hashes(data, starts, ends, _BYTE_POWERS)
 
 
+def byte_string_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """64-bit hashes (uint64) of the byte strings data[starts[k]:ends[k]]: the word hash above, stable across
+    machines and runs (the near-dedup shuffle partitions document keys by it)."""
+    return _segment_hashes(data, starts, ends, _BYTE_POWERS)
+
+
 def _gram_hashes(word_hashes: np.ndarray, first: np.ndarray, n_words: np.ndarray) -> np.ndarray:
     """32-bit hashes of the shingles made of word_hashes[first[k] : first[k] + n_words[k]]."""
     h = _segment_hashes(word_hashes, first, first + n_words, _WORD_POWERS)

@@ -1,6 +1,7 @@
 """The Ray executor on a real 2-node Ray cluster (loopback, 1 CPU per node), through real Dagster runs into a
-real catalog: same tables as in-process, tasks on both nodes, a failing task fails the step naming its input
-with no snapshot committed, a worker killed mid-task is retried."""
+real catalog: same tables as in-process (near duplicates with another partition count too), tasks on both
+nodes, a failing task fails the step naming its input with no snapshot committed, a worker killed mid-task (a
+curate task, a near-dedup task) is retried."""
 
 from __future__ import annotations
 
@@ -16,17 +17,22 @@ import pytest
 from assets.raw import defs as raw_defs
 from iceberg_catalog import Lakehouse
 from iceberg_catalog.digest import table_digest
-from iceberg_catalog.schemas import CURATED_DOCUMENTS, RAW_REJECTED_RECORDS, RAW_WARC_RECORDS
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    DEDUP_NEAR_DUPLICATES,
+    RAW_REJECTED_RECORDS,
+    RAW_WARC_RECORDS,
+)
 from resources import IcebergCatalogResource, LocalCrawlSource, TaskExecutorResource, WarcFileRef
 from resources import executor as executor_module
 from resources.executor import ClusterUnreachableError, RayExecutor, TaskFailedError, disconnect_ray
 from tests.cluster.ray_cluster import HEAD_IP, RayCluster, as_driver, cmdline, free_port, ray_cluster
 
-from conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_segments
+from conftest import SAMPLE_CRAWL, SAMPLE_KEYS, materialize_assets, materialize_segments
 
 pytestmark = pytest.mark.slow  # a real cluster and two builds of the sample lakehouse: ~2 min on 2 cores
 
-TABLES = (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS)
+TABLES = (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS, CURATED_DOCUMENTS, DEDUP_NEAR_DUPLICATES)
 HERITRIX = "LEGACY-ARCHIVES/heritrix-2008"
 WGET = "LEGACY-ARCHIVES/wget-2024"
 
@@ -45,13 +51,20 @@ def use_ray(monkeypatch, cluster: RayCluster, retries: int = 3) -> None:
     monkeypatch.setenv("TOKENLAKE_RAY_MAX_RETRIES", str(retries))
 
 
-def build(home: Path, lm: str) -> tuple[dict, float]:
-    """raw + curated/documents for the 4 sample partitions into `home`: digests per table, seconds."""
+def near_config(partitions: int) -> dict:
+    return {"ops": {"dedup__near_duplicates": {"config": {"verify": "estimated", "partitions": partitions}}}}
+
+
+def build(home: Path, lm: str, partitions: int) -> tuple[dict, float]:
+    """raw + curated/documents + MinHash for the 4 sample partitions into `home`, then near duplicates cut into
+    `partitions`: digests per table, seconds."""
     os.environ["TOKENLAKE_HOME"] = str(home)
     t0 = time.perf_counter()
     with dg.instance_for_test() as instance:
         materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS)
         materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS, selection="curated/documents", lm_path=lm)
+        materialize_segments(instance, SAMPLE_CRAWL, SAMPLE_KEYS, selection="dedup/minhash_bands")
+        materialize_assets(instance, "dedup/near_duplicates", run_config=near_config(partitions))
     lakehouse = Lakehouse()
     return {t.identifier: table_digest(lakehouse, t) for t in TABLES}, time.perf_counter() - t0
 
@@ -64,10 +77,10 @@ def builds(cluster, tmp_path_factory, reference_lm_file):
         mp.setenv("TOKENLAKE_EXECUTOR", "in_process")
         mp.delenv("TOKENLAKE_CATALOG", raising=False)
         mp.setenv("TOKENLAKE_HOME", str(root / "local"))
-        local, local_s = build(root / "local", reference_lm_file)
+        local, local_s = build(root / "local", reference_lm_file, partitions=1)
         use_ray(mp, cluster)
         before = dict(executor_module.TASKS_PER_NODE)
-        on_ray, ray_s = build(root / "ray", reference_lm_file)
+        on_ray, ray_s = build(root / "ray", reference_lm_file, partitions=3)
     per_node = {ip: n - before.get(ip, 0) for ip, n in executor_module.TASKS_PER_NODE.items()}
     print(f"\nin-process {local_s:.1f} s, ray {ray_s:.1f} s; tasks per node: {per_node}; digests: {on_ray}")
     return {"local": local, "ray": on_ray, "per_node": per_node, "ray_home": root / "ray"}
@@ -77,6 +90,7 @@ def test_ray_builds_the_same_tables_as_in_process_on_both_nodes(builds, cluster)
     assert builds["ray"] == builds["local"]
     local = builds["local"]
     assert local[RAW_WARC_RECORDS.identifier]["rows"] > 0 and local[CURATED_DOCUMENTS.identifier]["rows"] > 0
+    assert local[DEDUP_NEAR_DUPLICATES.identifier]["rows"] > 0
     per_node = builds["per_node"]
     assert set(per_node) == set(cluster.node_ips) and all(n > 0 for n in per_node.values())
 
@@ -173,6 +187,45 @@ def test_a_worker_killed_mid_task_is_retried_and_the_partition_is_identical(
     assert killed, "no curate task was seen running"
     assert lakehouse.snapshot_id(CURATED_DOCUMENTS) != snapshot  # the partition was committed again
     assert table_digest(lakehouse, CURATED_DOCUMENTS) == builds["local"][CURATED_DOCUMENTS.identifier]
+
+
+def test_a_near_dedup_task_killed_mid_run_is_retried_and_the_table_is_identical(builds, monkeypatch, cluster):
+    """SIGKILL the Ray worker running the first near-dedup task seen while every crawl is recomputed: Ray retries
+    it (a retried task rewrites its own scratch file), and the committed table equals the in-process one."""
+    use_ray(monkeypatch, cluster)
+    monkeypatch.setenv("TOKENLAKE_HOME", str(builds["ray_home"]))
+    lakehouse = Lakehouse()
+    snapshot = lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES)
+    killed: list[str] = []
+    stop = threading.Event()
+
+    def killer():
+        while not stop.is_set() and not killed:
+            for ip in cluster.node_ips:
+                for pid in cluster.worker_pids(ip):
+                    title = cmdline(pid)
+                    if title.startswith("ray::assets.dedup.near."):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(title.split()[0])
+                        return
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        with dg.instance_for_test() as instance:  # threshold 0.81: a new config, so every crawl is recomputed
+            config = near_config(2)
+            config["ops"]["dedup__near_duplicates"]["config"]["threshold"] = 0.81
+            materialize_assets(instance, "dedup/near_duplicates", run_config=config)
+            config["ops"]["dedup__near_duplicates"]["config"]["threshold"] = 0.8
+            materialize_assets(instance, "dedup/near_duplicates", run_config=config)
+    finally:
+        stop.set()
+        thread.join(10)
+    print(f"\nkilled {killed}")
+    assert killed, "no near-dedup task was seen running"
+    assert lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES) != snapshot
+    assert table_digest(lakehouse, DEDUP_NEAR_DUPLICATES) == builds["local"][DEDUP_NEAR_DUPLICATES.identifier]
 
 
 def test_the_ray_client_address_works_too(cluster):

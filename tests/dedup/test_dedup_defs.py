@@ -68,7 +68,13 @@ def test_configs_are_generated_from_the_knobs():
         "workers": 1,
         "files_per_slice": 1,
     }
-    assert NearDuplicateConfig().model_dump() == {"threshold": 0.8, "verify": "exact", "n_grams": 5}
+    assert NearDuplicateConfig().model_dump() == {
+        "threshold": 0.8,
+        "verify": "exact",
+        "n_grams": 5,
+        "docs_per_task": 1_000_000,
+        "partitions": 0,
+    }
     assert "exact | estimated | none" in NearDuplicateConfig.model_fields["verify"].description
 
 

@@ -2,40 +2,68 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import re
 import uuid
+from pathlib import Path
+from urllib.parse import urlparse
 
-import numpy as np
 import pytest
+from pyiceberg.expressions import EqualTo
 
 from assets.dedup import near, signatures
-from assets.dedup.clustering import cluster_crawl_ordered
 from assets.dedup.minhash import band_hashes, exact_jaccard, shingles
 from assets.dedup.near import NearDuplicateParams
 from assets.dedup.signatures import SignatureParams
 from iceberg_catalog import Provenance, config_hash
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, DEDUP_MINHASH_BANDS, DEDUP_NEAR_DUPLICATES
+from resources.executor import InProcessExecutor
 from tests.dedup.documents import two_crawls
-from tests.dedup.reference import candidate_pairs, signature
+from tests.dedup.reference import candidate_pairs, crawl_ordered_rows, signature
 
 PROV = Provenance("dedup/near_duplicates", None, "test", "test", config_hash({}))
 
 
-def hash_segments(lakehouse, params: SignatureParams = SignatureParams()) -> None:
+def hash_segments(
+    lakehouse, params: SignatureParams = SignatureParams(), crawls: tuple[str, ...] = ("CRAWL-A", "CRAWL-B")
+) -> None:
     snap = lakehouse.snapshot_id(CURATED_DOCUMENTS)
-    for crawl in ("CRAWL-A", "CRAWL-B"):
+    for crawl in crawls:
         tasks = signatures.plan(lakehouse, crawl, "s", snap, params, uuid.uuid4().hex)
         signatures.commit(
             lakehouse, crawl, "s", [signatures.run_task(t) for t in tasks], {t: PROV for t in signatures.TABLES}
         )
 
 
-def near_duplicates(lakehouse, params: NearDuplicateParams = NearDuplicateParams()) -> tuple[dict, list[dict]]:
+def near_duplicates(
+    lakehouse, params: NearDuplicateParams = NearDuplicateParams(), executor=InProcessExecutor()
+) -> tuple[dict, list[dict]]:
     plan = near.plan(lakehouse, params, uuid.uuid4().hex)
-    result = near.run(plan)
-    commit = near.commit(lakehouse, result, PROV)
+    result = near.execute(plan, executor)
+    commit = near.commit(lakehouse, plan, result, PROV)
     assert commit.rows == result.stats["rows"]
-    return result.stats, lakehouse.scan(DEDUP_NEAR_DUPLICATES).sort_by("doc_id").to_pylist()
+    scratch = Path(urlparse(plan.scratch).path)
+    assert not list(scratch.glob("*.parquet")), "the scratch files are deleted after the commit"
+    return result.stats, rows_of(lakehouse)
+
+
+def rows_of(lakehouse) -> list[dict]:
+    return lakehouse.scan(DEDUP_NEAR_DUPLICATES).sort_by("doc_id").to_pylist()
+
+
+class ShuffledExecutor:
+    """Runs a stage's tasks in a shuffled order and returns the results shuffled too."""
+
+    def __init__(self, seed: int) -> None:
+        self.random = random.Random(seed)
+
+    def map(self, fn, tasks, progress=None):
+        order = list(tasks)
+        self.random.shuffle(order)
+        out = [fn(t) for t in order]
+        self.random.shuffle(out)
+        return out
 
 
 @pytest.fixture
@@ -55,34 +83,16 @@ def reference_rows(lakehouse, threshold: float = 0.8) -> list[dict]:
         for p in candidate_pairs([band_hashes(signature(d["text"])) for d in docs])
         if exact_jaccard(sets[p[0]], sets[p[1]]) >= threshold
     ]
-    crawls = [d["crawl"] for d in docs]
-    starts = [i for i in range(len(docs)) if i == 0 or crawls[i] != crawls[i - 1]]
-    clusters = cluster_crawl_ordered(starts, len(docs), np.array(sorted(pairs), np.int64).reshape(-1, 2))
-    rows = []
-    for i, d in enumerate(docs):
-        if clusters.size[i] > 1:
-            canonical = docs[clusters.cluster_of[i]]["doc_id"]
-            dup = bool(clusters.is_duplicate()[i])
-            rows.append(
-                {
-                    "doc_id": d["doc_id"],
-                    "crawl": d["crawl"],
-                    "segment": d["segment"],
-                    "decision": "near_duplicate" if dup else None,
-                    "cluster_id": canonical,
-                    "cluster_size": int(clusters.size[i]),
-                    "duplicate_of": canonical if dup else None,
-                }
-            )
-    return sorted(rows, key=lambda r: r["doc_id"])
+    return sorted(crawl_ordered_rows(docs, pairs), key=lambda r: r["doc_id"])
 
 
-def test_near_duplicates_equal_the_reference_and_point_to_the_earlier_crawl(hashed):
-    stats, rows = near_duplicates(hashed)
+@pytest.mark.parametrize("partitions", [1, 3, 8])
+def test_near_duplicates_equal_the_reference_and_point_to_the_earlier_crawl(hashed, partitions):
+    stats, rows = near_duplicates(hashed, NearDuplicateParams(partitions=partitions))
     assert rows == reference_rows(hashed)
     dups = [r for r in rows if r["decision"]]
     assert dups and {r["crawl"] for r in dups} == {"CRAWL-B"}
-    assert {r["crawl"] for r in rows if not r["decision"]} == {"CRAWL-A"}
+    assert {r["cluster_crawl"] for r in dups} == {"CRAWL-A"}
     assert stats["documents"] == 24 + 30 and stats["bands"] == 14
     assert stats["near_duplicates"] == len(dups) and stats["near_duplicates_by_crawl"] == {"CRAWL-B": len(dups)}
     assert stats["clusters"] == len({r["cluster_id"] for r in rows}) <= 2
@@ -97,14 +107,50 @@ def test_cheaper_verification_only_adds_duplicates(hashed):
     assert stats["verified_pairs"] == stats["candidate_pairs"]
 
 
+def test_any_partition_count_and_task_order_give_the_same_rows(hashed):
+    _, one = near_duplicates(hashed, NearDuplicateParams(verify="estimated", partitions=1))
+    for partitions, seed in ((8, 1), (32, 2)):
+        params = NearDuplicateParams(verify="estimated", partitions=partitions)
+        again = near.plan(hashed, params, uuid.uuid4().hex)
+        assert again.first is None  # nothing changed: the partition count is not part of the config
+        again = dataclasses.replace(again, first="CRAWL-A")  # recompute everything anyway
+        near.commit(hashed, again, near.execute(again, ShuffledExecutor(seed)), PROV)
+        assert rows_of(hashed) == one
+
+
 def test_the_plan_reads_its_inputs_at_the_snapshots_it_pinned(hashed):
     plan = near.plan(hashed, NearDuplicateParams(), "pinned")
-    assert plan.snapshot_ids == hashed.snapshot_ids(near.INPUTS)
+    assert {k: plan.snapshot_ids[k] for k in hashed.snapshot_ids(near.INPUTS)} == hashed.snapshot_ids(near.INPUTS)
     _, before = near_duplicates(hashed)
     hash_segments(hashed, SignatureParams(seed=2, bands=20, rows=2))  # every band hash changes
-    assert len(near.plan(hashed, NearDuplicateParams(), "now").bands) == 20
-    near.commit(hashed, near.run(plan), PROV)
-    assert hashed.scan(DEDUP_NEAR_DUPLICATES).sort_by("doc_id").to_pylist() == before
+    assert near.plan(hashed, NearDuplicateParams(), "now").bands == 20
+    near.commit(hashed, plan, near.execute(plan, InProcessExecutor()), PROV)
+    assert rows_of(hashed) == before
+
+
+def test_a_new_crawl_rewrites_only_its_own_rows(lakehouse):
+    two_crawls(lakehouse)
+    hash_segments(lakehouse, crawls=("CRAWL-A",))
+    near_duplicates(lakehouse)
+    files_a = data_files(lakehouse, "CRAWL-A")
+    hash_segments(lakehouse, crawls=("CRAWL-B",))
+    plan = near.plan(lakehouse, NearDuplicateParams(), "new crawl")
+    assert plan.first == "CRAWL-B" and plan.recomputed() == ["CRAWL-B"]
+    stats, rows = near_duplicates(lakehouse)
+    assert rows == reference_rows(lakehouse) and stats["recomputed_crawls"] == ["CRAWL-B"]
+    assert data_files(lakehouse, "CRAWL-A") == files_a  # earlier crawls' rows are not even rewritten
+    unchanged = near.plan(lakehouse, NearDuplicateParams(), "same")
+    assert unchanged.first is None and unchanged.recomputed() == []
+    snapshot = lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES)
+    stats, again = near_duplicates(lakehouse)
+    assert again == rows and stats["rows"] == 0 and lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES) != snapshot
+    hash_segments(lakehouse, SignatureParams(seed=2), crawls=("CRAWL-A",))  # an earlier crawl changes
+    assert near.plan(lakehouse, NearDuplicateParams(), "changed").first == "CRAWL-A"
+
+
+def data_files(lakehouse, crawl: str) -> set[str]:
+    scan = lakehouse.table(DEDUP_NEAR_DUPLICATES).scan(row_filter=EqualTo("crawl", crawl))
+    return {f.file.file_path for f in scan.plan_files()}
 
 
 def test_band_count_from_file_statistics_equals_a_scan(hashed):
@@ -121,5 +167,6 @@ def test_nothing_hashed_yet_gives_an_empty_table(lakehouse):
 
 def test_params():
     assert NearDuplicateParams().hashed() == {"threshold": 0.8, "verify": "exact", "n_grams": 5}
+    assert NearDuplicateParams(partitions=8, docs_per_task=10).hashed() == NearDuplicateParams().hashed()
     with pytest.raises(ValueError, match=re.escape("verify must be one of exact | estimated | none, got 'bogus'")):
         NearDuplicateParams(verify="bogus")
