@@ -33,6 +33,7 @@ import json
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -121,10 +122,12 @@ def child_real_write(args) -> dict:
     layout = layout_of(args, args.n)
     rows = write_real(Lakehouse(), layout, texts, args.batch_docs)
     (args.home / "jsonl").mkdir()
-    with open(args.home / "jsonl" / "docs.jsonl", "w", encoding="utf-8") as fh:
-        for _, _, s0, s1 in layout.partitions():
-            for doc_id, text in zip(layout.doc_ids(s0, s1), texts[s0:s1]):
-                fh.write(json.dumps({"id": doc_id, "text": text}) + "\n")
+    parts = np.array_split(np.arange(args.n), args.workers)  # datatrove's input files: one per task
+    ids = [d for _, _, s0, s1 in layout.partitions() for d in layout.doc_ids(s0, s1)]
+    for k, part in enumerate(parts):
+        with open(args.home / "jsonl" / f"docs-{k:02d}.jsonl", "w", encoding="utf-8") as fh:
+            for i in part.tolist():
+                fh.write(json.dumps({"id": ids[i], "text": texts[i]}) + "\n")
     return {"rows": rows, "notes": notes, "words": sum(t.count(" ") + 1 for t in texts)}
 
 
@@ -224,16 +227,36 @@ def run_child(args, child: str, home: Path, n: int, **options) -> tuple[dict, fl
 
 
 def datatrove_stages(args, jsonl: Path, work: Path, n: int, roots: np.ndarray) -> list[dict]:
-    """datatrove's four MinHash stages on the same texts, each in its own process of its venv; the last one
-    carries precision/recall of the documents it removed."""
+    """datatrove's four MinHash stages on the same texts, in its venv; a stage's tasks are --workers processes
+    at once (cluster: one), each its own process. Per stage: wall of the whole stage, CPU and bytes read
+    summed over its processes, the largest peak RSS; the last stage carries precision/recall."""
     venv = ensure_datatrove_venv(args.venv.resolve())
     out = []
     for stage in DT_STAGES:
-        cmd = [venv["python"], str(DT_STAGES_SCRIPT), "--stage", stage, "--input", str(jsonl), "--work", str(work)]
-        res, wall, cpu = run_json_child(cmd, clean_env(), f"datatrove {stage}")
-        res.update(child_wall_s=wall, child_cpu_s=cpu, versions=venv["versions"])
-        out.append(res)
-    removed = pa.array((work / "removed_ids.txt").read_text().split(), pa.string())
+        tasks = 1 if stage == "cluster" else args.workers
+        cmds = [
+            [venv["python"], str(DT_STAGES_SCRIPT), "--stage", stage, "--input", str(jsonl), "--work", str(work)]
+            + ["--rank", str(r), "--tasks", str(tasks)]
+            for r in range(tasks)
+        ]
+        t0 = time.perf_counter()
+        names = [f"datatrove {stage} task {r}" for r in range(tasks)]
+        with ThreadPoolExecutor(tasks) as pool:
+            ranks = [res for res, _, _ in pool.map(run_json_child, cmds, [clean_env()] * tasks, names)]
+        out.append(
+            {
+                "stage": stage,
+                "tasks": tasks,
+                "wall_s": time.perf_counter() - t0,
+                "cpu_s": sum(r["cpu_s"] for r in ranks),
+                "process_cpu_s": sum(r["process_cpu_s"] for r in ranks),
+                "peak_rss_bytes": max(r["peak_rss_bytes"] for r in ranks),
+                "bytes_read": sum(r["bytes_read"] for r in ranks),
+                "versions": venv["versions"],
+                "config": ranks[0]["config"],
+            }
+        )
+    removed = pa.array([d for p in sorted(work.glob("removed_ids-*.txt")) for d in p.read_text().split()], pa.string())
     # datatrove does not say which document a removed one duplicates: precision/recall only
     rows = pa.table({"doc_id": removed, "decision": pa.repeat("near_duplicate", len(removed)), "duplicate_of": removed})
     out[-1]["quality"] = {**score(n, roots, rows), "right_canonical": None}
@@ -310,11 +333,11 @@ def print_steps(steps: list[dict]) -> None:
 
 
 def print_datatrove(dt: list[dict], n: int, ours: list[dict]) -> None:
-    print(f"\n  datatrove ({dt[0]['versions']}), same {n:,} texts, each stage its own process:")
-    print(f"  {'stage':<26}{'wall s':>8}{'CPU s':>8}{'docs/s/core':>12}{'peak RSS':>11}{'read':>11}")
+    print(f"\n  datatrove ({dt[0]['versions']}), same {n:,} texts, every task its own process:")
+    print(f"  {'stage':<20}{'tasks':>6}{'wall s':>8}{'CPU s':>8}{'docs/s/core':>12}{'peak RSS':>11}{'read':>11}")
     for s in dt:
         print(
-            f"  {s['stage']:<26}{s['wall_s']:>8.1f}{s['cpu_s']:>8.1f}{n / max(s['cpu_s'], 1e-9):>12,.0f}"
+            f"  {s['stage']:<20}{s['tasks']:>6}{s['wall_s']:>8.1f}{s['cpu_s']:>8.1f}{n / max(s['cpu_s'], 1e-9):>12,.0f}"
             f"{mib(s['peak_rss_bytes']):>11}{mib(s['bytes_read']):>11}"
         )
     q = dt[-1]["quality"]

@@ -3,11 +3,13 @@ runs them: 5-grams, 14 buckets x 8 hashes (datatrove's defaults: 64-bit xxhash, 
 datatrove's own venv (bench/dedup_scale.py calls it once per stage, so each stage's peak RSS is its own
 process's VmHWM); never imports tokenlake.
 
-    python minhash_stages.py --stage signature|buckets|cluster|filter --input DIR --work DIR
+    python minhash_stages.py --stage signature|buckets|cluster|filter --input DIR --work DIR [--rank R --tasks N]
 
-Stages read and write under --work: signatures/, buckets/, remove_ids/; `filter` also writes removed_ids.txt
-(the ids of the documents it drops, one a line). `buckets` runs its 14 tasks (one per bucket) one after
-another in this process, so its peak RSS is the largest task's or more. Prints one JSON line: the stage's
+Stages read and write under --work: signatures/, buckets/, remove_ids/; `filter` also writes
+removed_ids-<rank>.txt (the ids of the documents it drops, one a line). As datatrove runs them, `signature`
+and `filter` are N tasks over the input files (rank R reads files R, R+N, ...), `buckets` is 14 tasks (one
+per bucket: this process runs buckets R, R+N, ... one after another, so its peak RSS is the largest one's or
+more) and `cluster` is one task (--rank 0 --tasks 1). Prints one JSON line: the stage's
 wall and CPU seconds after datatrove's imports (the whole process's CPU apart), VmHWM and rchar of this
 process, and its counts.
 """
@@ -45,6 +47,8 @@ def main() -> int:
     parser.add_argument("--stage", required=True, choices=["signature", "buckets", "cluster", "filter"])
     parser.add_argument("--input", type=Path, required=True)
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--tasks", type=int, default=1)
     args = parser.parse_args()
 
     from datatrove.pipeline.dedup.minhash import (
@@ -58,18 +62,19 @@ def main() -> int:
 
     config = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=1)
     sigs, buckets, remove = (str(args.work / d) for d in ("signatures", "buckets", "remove_ids"))
-    out: dict = {"stage": args.stage, "config": str(config)}
+    rank, tasks = args.rank, args.tasks
+    out: dict = {"stage": args.stage, "rank": rank, "config": str(config)}
     cpu0, t0 = cpu_seconds(), time.perf_counter()  # after the imports: ours are measured without start-up too
 
     def documents():
-        return JsonlReader(str(args.input), glob_pattern="*.jsonl").run(None, rank=0, world_size=1)
+        return JsonlReader(str(args.input), glob_pattern="*.jsonl").run(None, rank=rank, world_size=tasks)
 
     if args.stage == "signature":
-        drain(MinhashDedupSignature(output_folder=sigs, config=config).run(documents(), rank=0, world_size=1))
+        drain(MinhashDedupSignature(output_folder=sigs, config=config).run(documents(), rank=rank, world_size=tasks))
     elif args.stage == "buckets":
         step = MinhashDedupBuckets(input_folder=sigs, output_folder=buckets, config=config)
-        for rank in range(config.num_buckets):
-            drain(step.run(None, rank=rank, world_size=config.num_buckets))
+        for bucket in range(rank, config.num_buckets, tasks):
+            drain(step.run(None, rank=bucket, world_size=config.num_buckets))
     elif args.stage == "cluster":
         drain(MinhashDedupCluster(input_folder=buckets, output_folder=remove, config=config).run(None, 0, 1))
     else:
@@ -80,9 +85,10 @@ def main() -> int:
                 seen.append(doc.id)
                 yield doc
 
-        kept = {doc.id for doc in MinhashDedupFilter(input_folder=remove).run(recorded(), rank=0, world_size=1)}
+        dropping = MinhashDedupFilter(input_folder=remove).run(recorded(), rank=rank, world_size=tasks)
+        kept = {doc.id for doc in dropping}
         removed = [d for d in seen if d not in kept]
-        (args.work / "removed_ids.txt").write_text("".join(f"{d}\n" for d in removed))
+        (args.work / f"removed_ids-{rank}.txt").write_text("".join(f"{d}\n" for d in removed))
         out.update(kept=len(kept), removed=len(removed))
     out.update(
         wall_s=time.perf_counter() - t0,
