@@ -1,4 +1,5 @@
-"""The one commit helper: replace exactly one partition atomically, with provenance on the snapshot.
+"""The one commit helper: replace exactly one partition atomically (or several at once, `commit_partitions`:
+a step that recomputes some partitions of a table), with provenance on the snapshot.
 
 Data is streamed: `PartitionWriter.write()` turns Arrow batches into Parquet data files under the table's
 location as they arrive (bounded memory), and `commit()` swaps them in with one Iceberg transaction
@@ -24,13 +25,14 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, BooleanExpression, EqualTo
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, Or
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table
 
@@ -379,50 +381,41 @@ def commit_partition(
     partition: Mapping[str, str],
     paths: Sequence[str],
     provenance: Provenance,
-    *,
-    catalog_fingerprint: str = "",
-    rows: int = 0,
-    max_attempts: int = 8,
+    **options,
 ) -> CommitResult:
     """Atomically replace `partition` of `identifier` with the data files `paths` (in that order), in ONE
-    Iceberg transaction carrying the provenance properties; an empty list leaves an empty partition."""
-    table_def = TABLES[identifier]
-    if set(partition) != set(table_def.partition_by):
-        raise ValueError(f"{identifier} is partitioned by {table_def.partition_by}; got partition {dict(partition)!r}")
-    return commit_replacing(
-        catalog,
-        identifier,
-        partition_filter(partition),
-        paths,
-        provenance,
-        catalog_fingerprint=catalog_fingerprint,
-        rows=rows,
-        max_attempts=max_attempts,
-        what=f"partition {dict(partition)}",
-    )
+    Iceberg transaction carrying the provenance properties; an empty list leaves an empty partition. `options`:
+    those of `commit_partitions` (catalog_fingerprint, rows, max_attempts)."""
+    return commit_partitions(catalog, identifier, [partition], paths, provenance, **options)
 
 
-def commit_replacing(
+def commit_partitions(
     catalog: Catalog,
     identifier: str,
-    predicate: BooleanExpression,
+    partitions: Sequence[Mapping[str, str]],
     paths: Sequence[str],
     provenance: Provenance,
     *,
     catalog_fingerprint: str = "",
     rows: int = 0,
     max_attempts: int = 8,
-    what: str = "rows",
 ) -> CommitResult:
-    """Atomically delete the rows of `identifier` matching `predicate` and add the data files `paths` (in that
-    order), in ONE Iceberg transaction carrying the provenance properties (a snapshot even when both are empty:
-    every materialisation is on record). `what` names the replaced rows in a conflict's message."""
+    """Atomically replace every partition in `partitions` (none, one or several) of `identifier` with the data
+    files `paths` (in that order), in ONE Iceberg transaction carrying the provenance properties; every other
+    partition keeps its files. With no files the partitions are left empty, and the snapshot is still made."""
+    table_def = TABLES[identifier]
+    for partition in partitions:
+        if set(partition) != set(table_def.partition_by):
+            raise ValueError(
+                f"{identifier} is partitioned by {table_def.partition_by}; got partition {dict(partition)!r}"
+            )
     props = provenance.snapshot_properties()
     versions = join_policy_versions(
         provenance.extra.get(POLICY_VERSION), inherited_policy_versions(catalog, provenance)
     )
     if versions:
         props[PROPERTY_PREFIX + POLICY_VERSION] = versions
+    predicates = [partition_filter(p) for p in partitions]
     attempts = 0
     while True:
         attempts += 1
@@ -432,19 +425,20 @@ def commit_replacing(
                 with transaction(table) as tx, warnings.catch_warnings():
                     # "Delete operation did not match any records" on a first materialisation is expected.
                     warnings.filterwarnings("ignore", message="Delete operation did not match")
-                    if not isinstance(predicate, AlwaysFalse):
-                        tx.delete(predicate, snapshot_properties=props)
+                    if predicates:
+                        tx.delete(reduce(Or, predicates), snapshot_properties=props)
                     if paths:
                         tx.add_files(list(paths), snapshot_properties=props, check_duplicate_files=False)
-                    else:  # an empty change still leaves a snapshot: every materialisation is on record
+                    else:
+                        # an empty partition still leaves a snapshot: every materialisation is on record
                         from pyiceberg.io.pyarrow import schema_to_pyarrow  # imports pandas: only here
 
                         tx.append(schema_to_pyarrow(table.schema()).empty_table(), snapshot_properties=props)
                 table = catalog.load_table(identifier)
             break
         except CommitFailedException as exc:
-            what_failed = f"committing {what} of {identifier}"
-            back_off(exc, attempts, max_attempts, what_failed, identifier, base_s=0.2, cap_s=30.0)
+            what = f"committing partitions {[dict(p) for p in partitions]} of {identifier}"
+            back_off(exc, attempts, max_attempts, what, identifier, base_s=0.2, cap_s=30.0)
     snap = table.current_snapshot()
     return CommitResult(identifier, snap.snapshot_id if snap else None, rows, len(paths), attempts)
 
@@ -452,30 +446,32 @@ def commit_replacing(
 def commit_results(
     catalog: Catalog,
     results: Iterable[TaskResult],
-    expected: Mapping[str, Mapping[str, str]],
+    expected: Mapping[str, Sequence[Mapping[str, str]]],
     provenance: Mapping[str, Provenance],
     *,
     catalog_fingerprint: str = "",
 ) -> dict[str, CommitResult]:
-    """Commit every task's files: per table of `expected` ({identifier: partition}), one transaction that
-    replaces exactly that partition with the files of all tasks in task-index order, so the table does not
+    """Commit every task's files: per table of `expected` ({identifier: [partition, ...]}), one transaction that
+    replaces exactly those partitions with the files of all tasks in task-index order, so the table does not
     depend on the order tasks finished in or on how the plan grouped them."""
     by_table: dict[str, list[WrittenFiles]] = {ident: [] for ident in expected}
     for result in results:
         for written in result.files:
             if written.table not in by_table:
                 raise ValueError(f"task {result.task_index} wrote {written.table}, not one of {sorted(by_table)}")
-            if dict(written.partition) != dict(expected[written.table]):
+            replaced = [dict(p) for p in expected[written.table]]
+            if dict(written.partition) not in replaced:
+                what = replaced[0] if len(replaced) == 1 else replaced
                 raise ValueError(
                     f"task {result.task_index} wrote partition {dict(written.partition)} of "
-                    f"{written.table}; this commit replaces {dict(expected[written.table])}"
+                    f"{written.table}; this commit replaces {what}"
                 )
             by_table[written.table].append(written)
     out = {}
     for ident, written in by_table.items():
         written.sort(key=lambda w: w.task_index)
         paths = [p for w in written for p in w.paths]
-        out[ident] = commit_partition(
+        out[ident] = commit_partitions(
             catalog,
             ident,
             expected[ident],

@@ -24,7 +24,6 @@ from iceberg_catalog.commit import (
     Provenance,
     TaskOutput,
     TaskResult,
-    commit_replacing,
     commit_results,
     table_commit_lock,
     task_output,
@@ -161,20 +160,22 @@ class Lakehouse:
         snapshot_id: int | None,
         row_filter: BooleanExpression | None = None,
         columns: Sequence[str] | None = None,
-        files_per_slice: int = 1,
+        files_per_slice: int | None = 1,
     ) -> list[ScanSlice]:
-        """The data files of `t` at `snapshot_id` matching `row_filter`, cut into slices of
-        `files_per_slice` files in scan order (the order a single scan would read them)."""
+        """The data files of `t` at `snapshot_id` matching `row_filter` (pruned by partition values and column
+        statistics), cut into slices of `files_per_slice` files in scan order (the order a single scan would
+        read them); `files_per_slice=None` puts them all in one slice (none when no file matches)."""
         if snapshot_id is None:
             return []
-        if files_per_slice < 1:
+        if files_per_slice is not None and files_per_slice < 1:
             raise ValueError(f"files_per_slice must be >= 1, got {files_per_slice}")
         where = row_filter or AlwaysTrue()
         tasks = list(self.table(t).scan(row_filter=where, snapshot_id=snapshot_id).plan_files())
         cols = tuple(columns) if columns else None
+        step = files_per_slice or max(1, len(tasks))
         return [
-            ScanSlice(t.identifier, snapshot_id, tuple(tasks[i : i + files_per_slice]), cols, where)
-            for i in range(0, len(tasks), files_per_slice)
+            ScanSlice(t.identifier, snapshot_id, tuple(tasks[i : i + step]), cols, where)
+            for i in range(0, len(tasks), step)
         ]
 
     def read_slice(self, s: ScanSlice) -> Iterator[pa.RecordBatch]:
@@ -209,27 +210,29 @@ class Lakehouse:
         done = commit_results(
             self.catalog,
             list(results),
-            {t.identifier: p for t, p in partitions.items()},
+            {t.identifier: [p] for t, p in partitions.items()},
             {t.identifier: provenance[t] for t in partitions},
             catalog_fingerprint=self.lock_key,
         )
         return {t: done[t.identifier] for t in partitions}
 
-    def commit_replacing(
-        self, t: TableDef, predicate: BooleanExpression, results: Iterable[TaskResult], provenance: Provenance
+    def commit_partitions(
+        self,
+        t: TableDef,
+        partitions: Sequence[Mapping[str, str]],
+        results: Iterable[TaskResult],
+        provenance: Provenance,
     ) -> CommitResult:
-        """ONE transaction that deletes the rows of `t` matching `predicate` and adds every task's files of `t`,
-        in task order (several partitions at once: e.g. every crawl from the first one recomputed)."""
-        written = sorted((w for r in results for w in r.files if w.table == t.identifier), key=lambda w: w.task_index)
-        return commit_replacing(
+        """ONE transaction replacing exactly `partitions` of `t` (none, one or several) with every task's files
+        in task order; each file must belong to one of them, and every other partition keeps its files."""
+        done = commit_results(
             self.catalog,
-            t.identifier,
-            predicate,
-            [p for w in written for p in w.paths],
-            provenance,
+            list(results),
+            {t.identifier: list(partitions)},
+            {t.identifier: provenance},
             catalog_fingerprint=self.lock_key,
-            rows=sum(w.rows for w in written),
         )
+        return done[t.identifier]
 
 
 def _identifier(t: TableDef) -> str:

@@ -227,8 +227,9 @@ CURATED_DOCUMENTS = TableDef(
 )
 
 # Exact duplicates across ALL materialised partitions: every kept document whose text hash was seen first
-# (order: crawl, then doc_id) in another document. Rebuilt whole from curated.documents, so it does not
-# depend on the order partitions were materialised in.
+# (order: crawl, then doc_id) in another document, partitioned by the duplicate's crawl. Its rows depend only
+# on the crawls up to its own, so a run rebuilds the crawls from the first changed one on and leaves the
+# earlier ones as they are; it does not depend on the order partitions were materialised in.
 CURATED_EXACT_DUPLICATES = TableDef(
     "curated",
     "exact_duplicates",
@@ -241,6 +242,7 @@ CURATED_EXACT_DUPLICATES = TableDef(
         (6, "duplicate_of_crawl", StringType(), True),
         (7, "text_sha256", StringType(), True),
     ),
+    partition_by=("crawl",),
 )
 
 # Per-language precision/recall of the language identifier on the labelled set shipped in data/langid/.

@@ -7,16 +7,20 @@ percentiles over the whole partition; `bucket_plan` / `run_bucket_task` rewrite 
 bucket into the final data files; `commit` replaces the partition in one transaction, then deletes the staged
 files. Rows keep the raw scan order whatever the tasks' grouping or the order they finished in.
 
-Exact duplicates run the same way over every partition: `exact_plan` cuts the text-hash space into contiguous
-ranges, `run_exact_task` reads only its range's rows (pinned snapshot) and decides them, and
-`commit_exact_duplicates` writes the ranges' rows in range order (the global hash order) in one transaction.
+Exact duplicates run the same way over every partition: `exact_scope` picks the crawls to recompute (from the
+first whose curated.documents files changed since the last run on: a row depends only on crawls up to its own),
+`exact_plan` cuts the text-hash space into contiguous ranges, `run_exact_task` reads only its range's rows
+(pinned snapshot, every crawl) and writes the duplicates of the recomputed crawls into their partitions' files,
+and `commit_exact_duplicates` replaces exactly those crawls' partitions in one transaction.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 import pyarrow as pa
@@ -36,7 +40,16 @@ from pyiceberg.expressions import (
 from assets.curated.perplexity import language_bucket, language_thresholds
 from assets.curated.pipeline import RAW_COLUMNS, CurateParams, curate_records, funnel, is_html
 from assets.knobs import knob
-from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskOutput, TaskResult
+from iceberg_catalog import (
+    CommitResult,
+    FileWriter,
+    Lakehouse,
+    Provenance,
+    ScanSlice,
+    TaskOutput,
+    TaskResult,
+    WrittenFiles,
+)
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, RAW_WARC_RECORDS
 
 SCHEMA = CURATED_DOCUMENTS.arrow_schema
@@ -276,6 +289,9 @@ EXACT_COLUMNS = ("doc_id", "crawl", "segment", "text_sha256", "kept", "decision"
 DUPLICATE_COLUMNS = ("doc_id", "crawl", "segment", "decision", "duplicate_of", "duplicate_of_crawl", "text_sha256")
 # Shard bounds are this many hex digits of the hash: 2**32 ranges is far more shards than any run asks for.
 BOUND_DIGITS = 8
+# The snapshot property (Provenance extra) in which curated.exact_duplicates records, per crawl, the fingerprint
+# of the curated.documents files its rows were computed from: the next run compares them to find what changed.
+CRAWL_FINGERPRINTS = "documents-crawl-fingerprints"
 
 
 @dataclass(frozen=True)
@@ -292,14 +308,16 @@ class ExactDedupParams:
 
 @dataclass(frozen=True)
 class ExactDedupTask:
-    """The documents whose text_sha256 is in [lo, hi) (None: unbounded) at a pinned snapshot. Shard 0 also
-    reads the documents without a text hash, so every document's decision is counted by exactly one task."""
+    """The documents whose text_sha256 is in [lo, hi) (None: unbounded) at a pinned snapshot, of every crawl
+    (earlier crawls hold the canonicals); the duplicate rows of the crawls in `outputs` go to their partition's
+    output. Shard 0 also reads the documents without a text hash, so every decision is counted by one task."""
 
     index: int
     lakehouse: Lakehouse
     snapshot_id: int | None
     lo: str | None
     hi: str | None
+    outputs: Mapping[str, TaskOutput] = field(default_factory=dict)  # crawl -> where its rows go
 
 
 def hash_bounds(shards: int) -> list[str | None]:
@@ -312,12 +330,78 @@ def hash_bounds(shards: int) -> list[str | None]:
     return [None, *inner, None]
 
 
+def crawl_fingerprints(lakehouse: Lakehouse, documents_snapshot_id: int | None) -> dict[str, str]:
+    """Per crawl, the sha256 of the curated.documents data and delete files of that crawl at the snapshot (from
+    the scan plan, nothing read): a re-materialised or erased segment writes new files, so its crawl's
+    fingerprint changes, and one that did not change keeps it."""
+    where = CURATED_DOCUMENTS.partition_by.index("crawl")
+    files: dict[str, list[str]] = {}
+    for s in lakehouse.slices(CURATED_DOCUMENTS, documents_snapshot_id, files_per_slice=None):
+        for f in s.files:
+            names = [f"{f.file.file_path} {f.file.record_count}", *(d.file_path for d in f.delete_files)]
+            files.setdefault(f.file.partition[where], []).extend(names)
+    return {crawl: hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest() for crawl, names in files.items()}
+
+
+def fingerprint_stamp(fingerprints: Mapping[str, str]) -> dict[str, str]:
+    """The snapshot property recording the fingerprints a run computed its rows from."""
+    return {CRAWL_FINGERPRINTS: json.dumps(dict(fingerprints), sort_keys=True)}
+
+
+def recorded_fingerprints(summary: Mapping[str, str], provenance: Provenance) -> dict[str, str] | None:
+    """The fingerprints the table's last snapshot recorded, or None when its rows cannot be reused: no
+    snapshot or a snapshot that wrote none (a deletion), another config hash or another code version."""
+    props = Provenance.from_snapshot_summary(summary)
+    same = (props.get("config-hash"), props.get("code-version")) == (provenance.config_hash, provenance.code_version)
+    return json.loads(props[CRAWL_FINGERPRINTS]) if same and CRAWL_FINGERPRINTS in props else None
+
+
+def crawls_to_recompute(
+    recorded: Mapping[str, str] | None, current: Mapping[str, str], stored: Iterable[str]
+) -> list[str]:
+    """The crawls whose partitions a run replaces: every crawl (stored or current) without a usable record;
+    else every crawl from the earliest one whose files changed (added, rewritten or gone) on, since a row of
+    crawl k depends only on crawls <= k; none when nothing changed."""
+    crawls = set(current) | set(stored)
+    if recorded is None:
+        return sorted(crawls)
+    changed = [c for c in set(recorded) | set(current) if recorded.get(c) != current.get(c)]
+    if not changed:
+        return []
+    first = min(changed)
+    return sorted(c for c in crawls if c >= first)
+
+
+def stored_crawls(lakehouse: Lakehouse) -> set[str]:
+    """The crawls that have data files in curated.exact_duplicates now (from the scan plan, nothing read)."""
+    snapshot_id = lakehouse.snapshot_id(CURATED_EXACT_DUPLICATES)
+    slices = lakehouse.slices(CURATED_EXACT_DUPLICATES, snapshot_id, files_per_slice=None)
+    return {f.file.partition[0] for s in slices for f in s.files}
+
+
+def exact_scope(lakehouse: Lakehouse, fingerprints: Mapping[str, str], provenance: Provenance) -> list[str]:
+    """The crawls this run recomputes, against what the table's current snapshot recorded."""
+    snap = lakehouse.table(CURATED_EXACT_DUPLICATES).current_snapshot()
+    summary = snap.summary.additional_properties if snap and snap.summary else {}
+    return crawls_to_recompute(recorded_fingerprints(summary, provenance), fingerprints, stored_crawls(lakehouse))
+
+
 def exact_plan(
-    lakehouse: Lakehouse, documents_snapshot_id: int | None, params: ExactDedupParams
+    lakehouse: Lakehouse,
+    documents_snapshot_id: int | None,
+    params: ExactDedupParams,
+    crawls: Sequence[str],
+    run: str,
 ) -> list[ExactDedupTask]:
-    """One task per hash range, in hash order."""
+    """One task per hash range, in hash order, each writing its duplicates of `crawls` (the recomputed ones)."""
     bounds = hash_bounds(params.shards)
-    return [ExactDedupTask(i, lakehouse, documents_snapshot_id, lo, hi) for i, (lo, hi) in enumerate(pairwise(bounds))]
+    outputs = {c: lakehouse.output(CURATED_EXACT_DUPLICATES, {"crawl": c}, run, 0) for c in crawls}
+    return [
+        ExactDedupTask(
+            i, lakehouse, documents_snapshot_id, lo, hi, {c: replace(o, task_index=i) for c, o in outputs.items()}
+        )
+        for i, (lo, hi) in enumerate(pairwise(bounds))
+    ]
 
 
 def shard_filter(task: ExactDedupTask) -> BooleanExpression:
@@ -331,45 +415,67 @@ def shard_filter(task: ExactDedupTask) -> BooleanExpression:
 
 
 def run_exact_task(task: ExactDedupTask) -> TaskResult:
-    """Stream the range's rows, count every decision, keep the kept rows' (doc_id, crawl, segment, hash) and
-    return their duplicate rows (sorted by hash, crawl, doc_id) as column lists in the stats. Holds only its
-    shard; writes nothing: the commit writes every shard's rows in one file, as the single process did, so
-    the data file and its metadata numbers do not depend on the shard count."""
+    """Stream the range's rows of every crawl, count every decision, decide the kept rows (sorted by hash,
+    crawl, doc_id) and write the duplicates of the task's crawls to their partitions' data files. Stats: kept
+    documents, duplicates of every crawl (for the funnel), decisions, and the bytes of the data files its scan
+    plan read (whole files: an upper bound, only the EXACT_COLUMNS chunks are fetched). Holds only its shard;
+    never commits."""
     decisions: Counter = Counter()
     kept: list[pa.Table] = []
-    reader = task.lakehouse.batches_at(CURATED_DOCUMENTS, task.snapshot_id, EXACT_COLUMNS, shard_filter(task))
-    for batch in reader:
+    where = shard_filter(task)
+    slices = task.lakehouse.slices(CURATED_DOCUMENTS, task.snapshot_id, where, EXACT_COLUMNS, files_per_slice=None)
+    for batch in (b for s in slices for b in task.lakehouse.read_slice(s)):
         decisions.update(d or "kept" for d in batch.column("decision").to_pylist())
         rows = pa.Table.from_batches([batch]).filter(pc.field("kept"))
         kept.append(rows.select(["doc_id", "crawl", "segment", "text_sha256"]))
     docs = pa.concat_tables(kept) if kept else _no_documents()
     rows = exact_duplicate_rows(docs)
-    return TaskResult(task.index, (), {"rows": rows.to_pydict(), "kept": docs.num_rows, "decisions": dict(decisions)})
+    files = tuple(_write_crawl(rows, crawl, out) for crawl, out in sorted(task.outputs.items()))
+    stats = {
+        "kept": docs.num_rows,
+        "duplicates": rows.num_rows,
+        "decisions": dict(decisions),
+        "bytes_scanned": sum(f.file.file_size_in_bytes for s in slices for f in s.files),
+    }
+    return TaskResult(task.index, files, stats)
+
+
+def _write_crawl(rows: pa.Table, crawl: str, out: TaskOutput) -> WrittenFiles:
+    """The rows of one crawl, in their order, into that crawl's partition (no file when there are none)."""
+    writer = FileWriter(out)
+    writer.write(rows.filter(pc.field("crawl") == crawl))
+    return writer.close()
 
 
 @dataclass(frozen=True)
 class ExactDuplicates:
-    """The duplicate rows, how many kept documents they were found among, and the documents per decision."""
+    """What the tasks counted: duplicates (every crawl, recomputed or not), the kept documents they were found
+    among, the documents per decision, the rows written (recomputed crawls) and the bytes scanned."""
 
-    rows: pa.Table
+    duplicates: int
     kept: int
     decisions: Counter
+    written: int
+    bytes_scanned: int
 
     @classmethod
     def of(cls, results: Sequence[TaskResult]) -> ExactDuplicates:
-        """The shards' rows in hash-range order (the global sort order), whatever order they finished in."""
-        ordered = sorted(results, key=lambda r: r.task_index)
-        rows = _string_table({k: [v for r in ordered for v in r.stats["rows"][k]] for k in DUPLICATE_COLUMNS})
+        """Sums over the tasks, whatever order they finished in."""
         decisions: Counter = Counter()
-        for r in ordered:
+        for r in results:
             decisions.update(r.stats["decisions"])
-        return cls(rows, sum(r.stats["kept"] for r in ordered), decisions)
+        return cls(
+            sum(r.stats["duplicates"] for r in results),
+            sum(r.stats["kept"] for r in results),
+            decisions,
+            sum(w.rows for r in results for w in r.files),
+            sum(r.stats["bytes_scanned"] for r in results),
+        )
 
     def funnel(self) -> list[tuple[str, int]]:
         """Every partition's funnel with exact duplicates taken out of `kept`."""
-        n_dup = self.rows.num_rows
         full = [(d, n) for d, n in funnel(self.decisions.elements()) if d != "kept"]
-        return full + [("exact_duplicate", n_dup), ("kept", self.kept - n_dup)]
+        return full + [("exact_duplicate", self.duplicates), ("kept", self.kept - self.duplicates)]
 
 
 def _string_table(columns: Mapping[str, list]) -> pa.Table:
@@ -399,8 +505,10 @@ def exact_duplicate_rows(docs: pa.Table) -> pa.Table:
     return _string_table(out)
 
 
-def commit_exact_duplicates(lakehouse: Lakehouse, found: ExactDuplicates, provenance: Provenance) -> CommitResult:
-    """Replace curated.exact_duplicates (unpartitioned) with `found.rows` in one transaction."""
-    writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {})
-    writer.write(found.rows)
-    return writer.commit(provenance)
+def commit_exact_duplicates(
+    lakehouse: Lakehouse, results: Sequence[TaskResult], crawls: Sequence[str], provenance: Provenance
+) -> CommitResult:
+    """Replace the partitions of `crawls` in curated.exact_duplicates with every task's files in task order (ONE
+    transaction); the other crawls' files stay as they are."""
+    parts = [{"crawl": c} for c in crawls]
+    return lakehouse.commit_partitions(CURATED_EXACT_DUPLICATES, parts, results, provenance)

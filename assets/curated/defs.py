@@ -347,23 +347,33 @@ def exact_duplicates(
     executor: TaskExecutorResource,
 ) -> dg.MaterializeResult:
     """Exact duplicates of kept documents across ALL materialised partitions (hash of the stored text; the first
-    by crawl then doc_id stays). Tasks on contiguous hash ranges of curated.documents (pinned at one snapshot)
-    each decide their range; one commit writes curated.exact_duplicates. The shard count changes no row."""
+    by crawl then doc_id stays), partitioned by the duplicate's crawl. Only the crawls from the first whose
+    curated.documents files changed since the last run are recomputed: tasks on contiguous hash ranges (pinned
+    snapshot) read every crawl's rows of their range and write those crawls' rows; one commit replaces exactly
+    those partitions. The shard count changes no row."""
     params, lakehouse = params_from(curate.ExactDedupParams, config), catalog.lakehouse()
     upstream = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
-    tasks = curate.exact_plan(lakehouse, upstream[CURATED_DOCUMENTS.identifier], params)
-    found = curate.ExactDuplicates.of(run_tasks(context, executor.executor(), curate.run_exact_task, tasks))
-    prov = provenance(context, EXACT_DUPLICATES, params.hashed(), upstream, thresholds_stamp(lakehouse))
-    commit = curate.commit_exact_duplicates(lakehouse, found, prov)
-    n_dup = found.rows.num_rows
-    context.log.info("%d exact duplicates among %d kept documents", n_dup, found.kept)
+    pinned = upstream[CURATED_DOCUMENTS.identifier]
+    fingerprints = curate.crawl_fingerprints(lakehouse, pinned)
+    stamps = {**thresholds_stamp(lakehouse), **curate.fingerprint_stamp(fingerprints)}
+    prov = provenance(context, EXACT_DUPLICATES, params.hashed(), upstream, stamps)
+    crawls = curate.exact_scope(lakehouse, fingerprints, prov)
+    tasks = curate.exact_plan(lakehouse, pinned, params, crawls, context.run.run_id)
+    results = run_tasks(context, executor.executor(), curate.run_exact_task, tasks)
+    commit = curate.commit_exact_duplicates(lakehouse, results, crawls, prov)
+    found = curate.ExactDuplicates.of(results)
+    context.log.info(
+        "%d exact duplicates among %d kept documents; crawls recomputed: %s", found.duplicates, found.kept, crawls
+    )
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": n_dup,
+            "dagster/row_count": found.duplicates,
             "kept_before_dedup": found.kept,
-            "kept_after_dedup": found.kept - n_dup,
+            "kept_after_dedup": found.kept - found.duplicates,
             **shell.commit_metadata(commit, upstream),
             "tasks": len(tasks),
+            "recomputed_crawls": ", ".join(crawls) or "none",
+            "bytes_scanned": found.bytes_scanned,
             "funnel_all_partitions": md_table(["decision", "documents"], found.funnel()),
         }
     )

@@ -38,8 +38,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import (
-    AlwaysFalse,
-    AlwaysTrue,
     And,
     BooleanExpression,
     EqualTo,
@@ -337,14 +335,23 @@ def commit(
     input fingerprint for the next run; then delete the scratch files."""
     inputs = {"config": config_hash(p.params.hashed()), "crawls": dict(p.fingerprints)}
     extra = {**provenance.extra, INPUTS_PROPERTY: json.dumps(inputs, sort_keys=True)}
-    where: BooleanExpression = AlwaysFalse() if p.first is None else GreaterThanOrEqual("crawl", p.first)
-    if p.first is not None and p.first == min(p.fingerprints, default=p.first):
-        where = AlwaysTrue()  # everything is recomputed (and crawls no longer hashed go)
-    done = lakehouse.commit_replacing(
-        DEDUP_NEAR_DUPLICATES, where, result.rows, dataclasses.replace(provenance, extra=extra)
+    replaced = sorted(set(p.recomputed()) | {c for c in stored_crawls(lakehouse, p) if p.first and c >= p.first})
+    done = lakehouse.commit_partitions(
+        DEDUP_NEAR_DUPLICATES,
+        [{"crawl": c} for c in replaced],
+        result.rows,
+        dataclasses.replace(provenance, extra=extra),
     )
     delete_all(lakehouse.file_io(p.scratch), result.scratch_files)
     return done
+
+
+def stored_crawls(lakehouse: Lakehouse, p: NearDuplicatePlan) -> set[str]:
+    """The crawls that have rows in dedup.near_duplicates at the pinned snapshot (from the manifests), so a crawl
+    no longer hashed loses its rows too."""
+    snapshot = p.snapshot(DEDUP_NEAR_DUPLICATES)
+    files = (f.file for s in lakehouse.slices(DEDUP_NEAR_DUPLICATES, snapshot) for f in s.files)
+    return {str(f.partition[0]) for f in files if len(f.partition)}
 
 
 # --- the stages' tasks ---------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import kenlm
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from assets.curated import curate
@@ -41,6 +42,8 @@ WGET = sorted(SAMPLE_CRAWL.rglob("wget-2024/warc/*.warc.gz"))
 IGNORED = {"extract_seconds"}  # wall-clock measurements: the only columns allowed to differ between runs
 DOCUMENTS_OP = "curated__documents"
 EXACT_OP = "curated__exact_duplicates"
+EXACT_ORDER = [("text_sha256", "ascending"), ("crawl", "ascending"), ("doc_id", "ascending")]
+PROV = Provenance("curated/exact_duplicates", None, "test", "test", "test")  # records no fingerprints
 
 
 class ReversedExecutor:
@@ -354,7 +357,8 @@ def test_exact_duplicates_are_the_same_for_any_shard_count_and_task_order(
     tokenlake_home, instance, crawl_root, reference_lm_file
 ):
     """1, 3 and 16 hash-range tasks, run forwards or backwards, commit the rows one process finds over the whole
-    table (the oracle below), with the same metadata numbers; each task holds only its range."""
+    table (the oracle below), with the same metadata numbers; each task holds only its range and writes its own
+    files, one per crawl it found duplicates in."""
     from warc_fixtures import members
 
     data = WGET[0].read_bytes()
@@ -368,16 +372,27 @@ def test_exact_duplicates_are_the_same_for_any_shard_count_and_task_order(
         whole.filter(pc.field("kept")).select(["doc_id", "crawl", "segment", "text_sha256"])
     )
     assert oracle.num_rows > 0
+    crawls = ["CRAWL-2023", "CRAWL-2024"]
     for shards in (1, 3, 16):
-        tasks = curate.exact_plan(lakehouse, snapshot, curate.ExactDedupParams(shards=shards))
+        tasks = curate.exact_plan(lakehouse, snapshot, curate.ExactDedupParams(shards=shards), crawls, f"s{shards}")
         results = [curate.run_exact_task(t) for t in reversed(tasks)]
         for t, r in zip(reversed(tasks), results):
-            assert all((t.lo or "") <= h < (t.hi or "g") for h in r.stats["rows"]["text_sha256"])
+            for w in r.files:  # the task's own files: one per crawl at most, only its hash range
+                assert len(w.paths) <= 1 and w.partition["crawl"] in crawls
+                for path in w.paths:
+                    with lakehouse.file_io().new_input(path).open() as fh:
+                        hashes = pq.read_table(fh, columns=["text_sha256", "crawl"]).to_pydict()
+                    assert all((t.lo or "") <= h < (t.hi or "g") for h in hashes["text_sha256"])
+                    assert set(hashes["crawl"]) == {w.partition["crawl"]}
         found = curate.ExactDuplicates.of(results)
-        assert found.rows.equals(oracle) and found.kept == pc.sum(whole["kept"]).as_py()
+        assert found.duplicates == found.written == oracle.num_rows and found.kept == pc.sum(whole["kept"]).as_py()
         assert found.decisions == Counter(d or "kept" for d in whole["decision"].to_pylist())
+        curate.commit_exact_duplicates(lakehouse, results, crawls, PROV)
+        table = lakehouse.scan(CURATED_EXACT_DUPLICATES)
+        assert table.sort_by(EXACT_ORDER).to_pylist() == oracle.to_pylist()
     seen = set()
     for shards, executor in ((1, None), (3, ReversedExecutorResource()), (16, ReversedExecutorResource())):
+        curate.commit_exact_duplicates(lakehouse, [], [], PROV)  # no record of what was read: a full rebuild
         res = dg.materialize(
             list(curated_defs.defs.assets),
             instance=instance,
@@ -386,11 +401,11 @@ def test_exact_duplicates_are_the_same_for_any_shard_count_and_task_order(
             selection=dg.AssetSelection.assets(curated_defs.EXACT_DUPLICATES),
         )
         md = res.asset_materializations_for_node(EXACT_OP)[0].metadata
-        assert md["tasks"].value == shards
+        assert md["tasks"].value == shards and md["recomputed_crawls"].value == ", ".join(crawls)
         numbers = {k: md[k].value for k in ("dagster/row_count", "kept_before_dedup", "funnel_all_partitions")}
         seen.add((repr(numbers), repr(table_digest(lakehouse, CURATED_EXACT_DUPLICATES))))
     assert len(seen) == 1
-    assert Lakehouse().scan(CURATED_EXACT_DUPLICATES).to_pylist() == oracle.to_pylist()
+    assert Lakehouse().scan(CURATED_EXACT_DUPLICATES).sort_by(EXACT_ORDER).to_pylist() == oracle.to_pylist()
 
 
 def test_reference_lm_asset_builds_byte_identical_arpa(tokenlake_home, instance, reference_lm_file):

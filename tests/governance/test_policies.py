@@ -284,7 +284,7 @@ def test_a_snapshot_names_the_versions_of_what_it_read_joined_with_its_own(lakeh
     pins = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
 
     def written_under(partition_key: str | None, own: dict) -> str:
-        writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {})
+        writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {"crawl": "CRAWL-A"})
         writer.commit(Provenance("curated/exact_duplicates", partition_key, "r", "c", "h", pins, own))
         snap = lakehouse.table(CURATED_EXACT_DUPLICATES).current_snapshot()
         return snap.summary.additional_properties.get("tokenlake.policy-version", "")
@@ -311,7 +311,7 @@ def test_a_deletion_keeps_the_versions_of_the_history_it_expires(lakehouse):
     assert report["erased"] and report["tables"][CURATED_DOCUMENTS.identifier]["snapshots_expired"] >= 2
     assert policies.decided_by(lakehouse, "CRAWL-B", "seg-1")["policy_version"] == "thresholds/1"
     assert policies.decided_by(lakehouse, "CRAWL-A", "seg-1")["policy_version"] == "thresholds/0"
-    writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {})
+    writer = lakehouse.writer(CURATED_EXACT_DUPLICATES, {"crawl": "CRAWL-A"})
     pins = lakehouse.snapshot_ids([CURATED_DOCUMENTS])
     writer.commit(Provenance("curated/exact_duplicates", None, "r", "c", "h", pins, {}))
     snap = lakehouse.table(CURATED_EXACT_DUPLICATES).current_snapshot()

@@ -245,3 +245,33 @@ def test_the_handle_pickles_as_configuration_and_reads_pinned_slices(lakehouse):
     assert sum(b.num_rows for b in read) == 4 and read[0].schema.names == ["warc_offset"]
     with pytest.raises(TypeError, match="TableDef"):
         copy.table("raw.rejected_records")
+
+
+def files_of(lakehouse: Lakehouse, segment: str) -> set[str]:
+    slices = lakehouse.slices(RAW_REJECTED_RECORDS, lakehouse.snapshot_id(RAW_REJECTED_RECORDS), files_per_slice=None)
+    return {f.file.file_path for s in slices for f in s.files if f.file.partition[1] == segment}
+
+
+def test_one_commit_replaces_several_partitions_and_leaves_the_others_untouched(lakehouse):
+    """`commit_partitions`: s2 and s3 replaced in one transaction (s3 left empty), s1 keeps its very files; a commit
+    of no partition still records a snapshot and changes nothing; a file of an unlisted partition is refused."""
+    for seg, n in (("s1", 2), ("s2", 3), ("s3", 4)):
+        part = {"crawl": "c", "segment": seg}
+        writer = FileWriter(lakehouse.output(RAW_REJECTED_RECORDS, part, f"r-{seg}", 0))
+        writer.write(rejects("c", seg, n))
+        lakehouse.commit(
+            [TaskResult(0, (writer.close(),))], {RAW_REJECTED_RECORDS: part}, {RAW_REJECTED_RECORDS: prov(seg)}
+        )
+    s1_files = files_of(lakehouse, "s1")
+    writer = FileWriter(lakehouse.output(RAW_REJECTED_RECORDS, {"crawl": "c", "segment": "s2"}, "again", 0))
+    writer.write(rejects("c", "s2", 5))
+    replace = [{"crawl": "c", "segment": "s2"}, {"crawl": "c", "segment": "s3"}]
+    done = lakehouse.commit_partitions(RAW_REJECTED_RECORDS, replace, [TaskResult(0, (writer.close(),))], prov("x"))
+    assert (done.rows, done.files) == (5, 1)
+    assert counts(lakehouse.catalog) == {("c", "s1"): 2, ("c", "s2"): 5}
+    assert files_of(lakehouse, "s1") == s1_files  # not rewritten
+    none = lakehouse.commit_partitions(RAW_REJECTED_RECORDS, [], [], prov("none"))
+    assert none.snapshot_id != done.snapshot_id and counts(lakehouse.catalog) == {("c", "s1"): 2, ("c", "s2"): 5}
+    stray = run_task(lakehouse, "stray", 0, 1)  # partition c/s
+    with pytest.raises(ValueError, match="this commit replaces"):
+        lakehouse.commit_partitions(RAW_REJECTED_RECORDS, replace, [stray], prov("y"))

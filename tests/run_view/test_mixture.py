@@ -153,7 +153,7 @@ def test_excluded_documents_never_enter_a_view(lakehouse):
     builders._write(
         lakehouse,
         CURATED_EXACT_DUPLICATES,
-        {},
+        {"crawl": dup["crawl"]},
         [
             {
                 "doc_id": dup["doc_id"],

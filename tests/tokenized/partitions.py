@@ -68,7 +68,7 @@ def write_curated(
     write_partition(
         lakehouse,
         CURATED_EXACT_DUPLICATES,
-        {},
+        {"crawl": crawl},
         [
             {
                 "doc_id": d,
