@@ -18,8 +18,10 @@ tasks run on `bench.task_pool.FreshProcessExecutor`: 2 at a time, each in a fres
 task's ru_maxrss is its own. CPU seconds = the step process's + its tasks' (measured around the task
 function, without each task process's start-up); documents/s per core = documents / those CPU seconds.
 Bytes read = rchar (read/pread syscalls) of the step process and its tasks. "baseline" (at the size given
-by --baseline-docs) is today's single-process implementation (near.plan, near.run, near.commit all in the
-step process) on the same tables: its table digest must equal the step's.
+by --baseline-docs) is the same stages uncut: one partition, one band-hash range, every task in the step
+process (the single-process shape; the old implementation is kept only as the tests' oracle, which the
+stages equal on every test input), recomputing every crawl on the same tables: its digest must equal the
+step's.
 
     python bench/dedup_scale.py [--docs 1e6,4e6,16e6] [--real-docs 1e6] [--json] [--no-datatrove]
 
@@ -29,6 +31,7 @@ Exits 1 when a step fails or the baseline's rows differ; the rates and memory ar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -164,25 +167,28 @@ def bench_prov(what: str, seed: int):
     return bench_provenance(what, "", seed)
 
 
-def near_adapter(lakehouse, params, run: str, executor, clock: StepClock):
-    """Near dedup as plan -> execute(plan, executor) -> commit. ADAPTER until the staged near dedup lands:
-    today's `near.run(plan)` is the one task of the execute stage (switch to `near.execute(plan, executor)`
-    and `near.commit(lakehouse, plan, result, provenance)` then). Returns the TaskResult's stats."""
+def near_staged(lakehouse, params, run: str, executor, clock: StepClock):
+    """Near dedup as the asset runs it: plan -> execute(plan, executor) (every stage's tasks on `executor`) ->
+    commit. Returns the stats, with each stage's cost."""
     from assets.dedup import near
 
     plan = clock.run("plan", near.plan, lakehouse, params, run)
-    [result] = clock.run("execute", executor.map, near.run, [plan])
-    clock.run("commit", near.commit, lakehouse, result, bench_prov("dedup/near_duplicates", 0))
-    return result.stats
+    result = clock.run("execute", near.execute, plan, executor)
+    clock.run("commit", near.commit, lakehouse, plan, result, bench_prov("dedup/near_duplicates", 0))
+    return {**result.stats, "stages": [dataclasses.asdict(s) for s in result.stages]}
 
 
 def near_single_process(lakehouse, params, run: str, clock: StepClock):
-    """The baseline: today's implementation, every part in this process (as the asset runs it today)."""
+    """The baseline: the same stages, one partition and one band-hash range each, every task in this process
+    (what the pipeline did before the stages were cut: one process holding every document's pairs)."""
     from assets.dedup import near
+    from resources.executor import InProcessExecutor
 
-    plan = clock.run("plan", near.plan, lakehouse, params, run)
-    result = clock.run("run", near.run, plan)
-    clock.run("commit", near.commit, lakehouse, result, bench_prov("dedup/near_duplicates", 0))
+    one = dataclasses.replace(params, partitions=1, docs_per_task=1 << 62)
+    plan = clock.run("plan", near.plan, lakehouse, one, run)
+    plan = dataclasses.replace(plan, first=min(plan.fingerprints))  # recompute every crawl, as a first run does
+    result = clock.run("run", near.execute, plan, InProcessExecutor())
+    clock.run("commit", near.commit, lakehouse, plan, result, bench_prov("dedup/near_duplicates", 0))
     return result.stats
 
 
@@ -198,11 +204,12 @@ def child_near(args) -> dict:
         executor, stats = None, near_single_process(lakehouse, params, "near-baseline", clock)
     else:
         executor = FreshProcessExecutor(args.workers)
-        stats = near_adapter(lakehouse, params, "near", executor, clock)
+        stats = near_staged(lakehouse, params, "near", executor, clock)
     out = step_record(
         f"near {args.verify}" + (" (baseline)" if executor is None else ""), stats["documents"], clock, executor
     )
     out["counts"] = {k: stats[k] for k in ("candidate_pairs", "verified_pairs", "clusters", "near_duplicates")}
+    out["stages"] = stats.get("stages", [])
     rows = lakehouse.scan(DEDUP_NEAR_DUPLICATES, ("doc_id", "decision", "duplicate_of"))
     out["quality"] = score(args.n, np.load(args.home / "roots.npy"), rows)
     out["digest"] = table_digest(lakehouse, DEDUP_NEAR_DUPLICATES)["sha256"]
