@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from pyiceberg.expressions import EqualTo, LessThan
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,11 +52,13 @@ from bench.curate import DT_VENV, ensure_datatrove_venv  # noqa: E402
 from bench.dedup import mib, ours_env  # noqa: E402
 from bench.dedup_scale_data import Layout, score  # noqa: E402
 from bench.task_pool import FreshProcessExecutor, cpu_seconds, read_bytes  # noqa: E402
+from iceberg_catalog.schemas import DEDUP_NEAR_DUPLICATES  # noqa: E402
 
 DT_STAGES_SCRIPT = ROOT / "bench" / "dedup_datatrove" / "minhash_stages.py"
 DT_STAGES = ("signature", "buckets", "cluster", "filter")
 CRAWLS, SEGMENTS = 4, 4
 CHILD_OPTIONS = ("seed", "batch_docs", "workers", "big_size", "sentences")  # every child gets these
+SCORED = ("doc_id", "decision", "duplicate_of")  # the columns precision/recall read
 
 
 class StepClock:
@@ -100,18 +103,40 @@ def step_record(step: str, documents: int, clock: StepClock, executor: FreshProc
 # ---- children: each a fresh process under the size's TOKENLAKE_HOME -----------------------------------------
 
 
-def layout_of(args, n: int) -> Layout:
-    return Layout(n, CRAWLS, SEGMENTS, args.seed)
+def layout_of(args) -> Layout:
+    """The size's documents over CRAWLS crawls, plus the added crawl of `args.added` documents (incremental)."""
+    return Layout(args.n, CRAWLS, SEGMENTS, args.seed, args.added)
+
+
+def synthetic_truth(args):
+    """The planted clusters over every document, the added crawl's included (so its duplicates point into the
+    earlier crawls as well as within itself, as any cluster's members spread over the crawls)."""
+    from bench.dedup_scale_data import plant
+
+    return plant(args.n + args.added, args.seed, big_size=args.big_size)
 
 
 def child_synth_write(args) -> dict:
-    from bench.dedup_scale_data import plant, write_synthetic
+    """The CRAWLS crawls' signatures and bands (not the added crawl's)."""
+    from bench.dedup_scale_data import write_synthetic
     from iceberg_catalog import Lakehouse
 
-    planted = plant(args.n, args.seed, big_size=args.big_size)
+    planted = synthetic_truth(args)
     np.save(args.home / "roots.npy", planted.roots())
-    rows = write_synthetic(Lakehouse(), layout_of(args, args.n), planted, args.batch_docs)
-    return {"band_rows": rows, "buckets": int((planted.bucket >= 0).sum())}
+    rows = write_synthetic(Lakehouse(), layout_of(args), planted, args.batch_docs, range(CRAWLS))
+    return {"band_rows": rows, "buckets": int((planted.bucket[: args.n] >= 0).sum())}
+
+
+def child_synth_add(args) -> dict:
+    """The earlier crawls' near-duplicate rows and data files, then the added crawl's signatures and bands as
+    new partitions (the earlier ones untouched)."""
+    from bench.dedup_scale_data import added_links, write_synthetic
+    from iceberg_catalog import Lakehouse
+
+    lakehouse, layout, planted = Lakehouse(), layout_of(args), synthetic_truth(args)
+    earlier = near_rows_state(lakehouse, LessThan("crawl", layout.crawl_name(CRAWLS)))
+    rows = write_synthetic(lakehouse, layout, planted, args.batch_docs, [CRAWLS])
+    return {"band_rows": rows, "planted": added_links(planted, args.n), "earlier": earlier}
 
 
 def child_real_write(args) -> dict:
@@ -122,7 +147,7 @@ def child_real_write(args) -> dict:
     planted = plant(args.n, args.seed, big_clusters=0, big_buckets=0)
     np.save(args.home / "roots.npy", planted.roots())
     texts = real_texts(planted, sentences, args.seed, args.sentences)
-    layout = layout_of(args, args.n)
+    layout = layout_of(args)
     rows = write_real(Lakehouse(), layout, texts, args.batch_docs)
     (args.home / "jsonl").mkdir()
     parts = np.array_split(np.arange(args.n), args.workers)  # datatrove's input files: one per task
@@ -143,7 +168,7 @@ def child_signatures(args) -> dict:
     lakehouse, clock, executor = Lakehouse(), StepClock(), FreshProcessExecutor(args.workers)
     params = signatures.SignatureParams()
     snap = lakehouse.snapshot_id(CURATED_DOCUMENTS)
-    parts = [(c, s) for c, s, _, _ in layout_of(args, args.n).partitions()]
+    parts = [(c, s) for c, s, _, _ in layout_of(args).partitions()]
     plans = clock.run(
         "plan", lambda: [signatures.plan(lakehouse, c, s, snap, params, f"sig-{c}-{s}") for c, s in parts]
     )
@@ -167,15 +192,22 @@ def bench_prov(what: str, seed: int):
     return bench_provenance(what, "", seed)
 
 
-def near_staged(lakehouse, params, run: str, executor, clock: StepClock):
+def every_crawl(plan):
+    """`plan` recomputing every crawl, as a first run does (the stored rows are ignored)."""
+    return dataclasses.replace(plan, first=min(plan.fingerprints))
+
+
+def near_staged(lakehouse, params, run: str, executor, clock: StepClock, from_scratch: bool = False):
     """Near dedup as the asset runs it: plan -> execute(plan, executor) (every stage's tasks on `executor`) ->
-    commit. Returns the stats, with each stage's cost."""
+    commit; every crawl recomputed when `from_scratch`. Returns the stats, with the first recomputed crawl and
+    each stage's cost."""
     from assets.dedup import near
 
     plan = clock.run("plan", near.plan, lakehouse, params, run)
+    plan = every_crawl(plan) if from_scratch else plan
     result = clock.run("execute", near.execute, plan, executor)
     clock.run("commit", near.commit, lakehouse, plan, result, bench_prov("dedup/near_duplicates", 0))
-    return {**result.stats, "stages": [dataclasses.asdict(s) for s in result.stages]}
+    return {**result.stats, "first": plan.first, "stages": [dataclasses.asdict(s) for s in result.stages]}
 
 
 def near_single_process(lakehouse, params, run: str, clock: StepClock):
@@ -185,34 +217,70 @@ def near_single_process(lakehouse, params, run: str, clock: StepClock):
     from resources.executor import InProcessExecutor
 
     one = dataclasses.replace(params, partitions=1, docs_per_task=1 << 62)
-    plan = clock.run("plan", near.plan, lakehouse, one, run)
-    plan = dataclasses.replace(plan, first=min(plan.fingerprints))  # recompute every crawl, as a first run does
+    plan = every_crawl(clock.run("plan", near.plan, lakehouse, one, run))
     result = clock.run("run", near.execute, plan, InProcessExecutor())
     clock.run("commit", near.commit, lakehouse, plan, result, bench_prov("dedup/near_duplicates", 0))
-    return result.stats
+    return {**result.stats, "first": plan.first}
 
 
-def child_near(args) -> dict:
+def near_step(args, lakehouse) -> dict:
+    """Near dedup on the size's tables as `args.impl` says: "staged" (the asset's stages, tasks on fresh
+    processes), "scratch" (the same, every crawl recomputed) or "baseline" (uncut, in this process); its record
+    with the counts, the first recomputed crawl and the table's digest."""
     from assets.dedup.near import NearDuplicateParams
-    from iceberg_catalog import Lakehouse
     from iceberg_catalog.digest import table_digest
-    from iceberg_catalog.schemas import DEDUP_NEAR_DUPLICATES
 
-    lakehouse, clock = Lakehouse(), StepClock()
-    params = NearDuplicateParams(verify=args.verify)
+    clock, params = StepClock(), NearDuplicateParams(verify=args.verify)
     if args.impl == "baseline":
         executor, stats = None, near_single_process(lakehouse, params, "near-baseline", clock)
     else:
         executor = FreshProcessExecutor(args.workers)
-        stats = near_staged(lakehouse, params, "near", executor, clock)
-    out = step_record(
-        f"near {args.verify}" + (" (baseline)" if executor is None else ""), stats["documents"], clock, executor
-    )
+        run = "near" if args.impl == "staged" else "near-scratch"
+        stats = near_staged(lakehouse, params, run, executor, clock, args.impl == "scratch")
+    suffix = {"staged": "", "scratch": " (from scratch)", "baseline": " (baseline)"}[args.impl]
+    if args.impl == "staged" and stats["first"] not in (None, layout_of(args).crawl_name(0)):
+        suffix = " (incremental)"
+    out = step_record(f"near {args.verify}{suffix}", stats["documents"], clock, executor)
     out["counts"] = {k: stats[k] for k in ("candidate_pairs", "verified_pairs", "clusters", "near_duplicates")}
     out["stages"] = stats.get("stages", [])
-    rows = lakehouse.scan(DEDUP_NEAR_DUPLICATES, ("doc_id", "decision", "duplicate_of"))
-    out["quality"] = score(args.n, np.load(args.home / "roots.npy"), rows)
+    out["first"] = stats["first"]
     out["digest"] = table_digest(lakehouse, DEDUP_NEAR_DUPLICATES)["sha256"]
+    return out
+
+
+def near_rows_state(lakehouse, where) -> dict:
+    """The rows of dedup.near_duplicates matching `where`: how many, their sha256 (rows sorted: independent of
+    order and chunking) and the data files that hold them."""
+    from iceberg_catalog.digest import rows_digest
+
+    snapshot = lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES)
+    rows = lakehouse.scan_at(DEDUP_NEAR_DUPLICATES, snapshot, row_filter=where)
+    files = sorted(f.file.file_path for s in lakehouse.slices(DEDUP_NEAR_DUPLICATES, snapshot, where) for f in s.files)
+    return {"rows": rows.num_rows, "sha256": rows_digest(rows), "files": files}
+
+
+def child_near(args) -> dict:
+    """Near dedup over the size's CRAWLS crawls, scored on their documents."""
+    from iceberg_catalog import Lakehouse
+
+    lakehouse = Lakehouse()
+    out = near_step(args, lakehouse)
+    rows = lakehouse.scan(DEDUP_NEAR_DUPLICATES, SCORED)
+    out["quality"] = score(np.load(args.home / "roots.npy"), rows, range(args.n))
+    return out
+
+
+def child_near_added(args) -> dict:
+    """Near dedup after the added crawl came (incremental, or from scratch): the earlier crawls' rows and files,
+    the added crawl's rows, scored on its documents."""
+    from iceberg_catalog import Lakehouse
+
+    lakehouse, new = Lakehouse(), layout_of(args).crawl_name(CRAWLS)
+    out = near_step(args, lakehouse)
+    out["earlier"] = near_rows_state(lakehouse, LessThan("crawl", new))
+    out["added"] = near_rows_state(lakehouse, EqualTo("crawl", new))
+    rows = lakehouse.scan(DEDUP_NEAR_DUPLICATES, SCORED, EqualTo("crawl", new))
+    out["quality"] = score(np.load(args.home / "roots.npy"), rows, range(args.n, args.n + args.added))
     return out
 
 
@@ -221,6 +289,8 @@ CHILDREN = {
     "real-write": child_real_write,
     "signatures": child_signatures,
     "near": child_near,
+    "synth-add": child_synth_add,
+    "near-added": child_near_added,
 }
 
 
@@ -233,7 +303,7 @@ def run_child(args, child: str, home: Path, n: int, **options) -> tuple[dict, fl
     return run_json_child(cmd, ours_env(home), f"{child} child ({n:,} documents)")
 
 
-def datatrove_stages(args, jsonl: Path, work: Path, n: int, roots: np.ndarray) -> list[dict]:
+def datatrove_stages(args, jsonl: Path, work: Path, roots: np.ndarray) -> list[dict]:
     """datatrove's four MinHash stages on the same texts, in its venv; a stage's tasks are --workers processes
     at once (cluster: one), each its own process. Per stage: wall of the whole stage, CPU and bytes read
     summed over its processes, the largest peak RSS; the last stage carries precision/recall."""
@@ -266,7 +336,58 @@ def datatrove_stages(args, jsonl: Path, work: Path, n: int, roots: np.ndarray) -
     removed = pa.array([d for p in sorted(work.glob("removed_ids-*.txt")) for d in p.read_text().split()], pa.string())
     # datatrove does not say which document a removed one duplicates: precision/recall only
     rows = pa.table({"doc_id": removed, "decision": pa.repeat("near_duplicate", len(removed)), "duplicate_of": removed})
-    out[-1]["quality"] = {**score(n, roots, rows), "right_canonical": None}
+    out[-1]["quality"] = {**score(roots, rows), "right_canonical": None}
+    return out
+
+
+def incremental_case(args, home: Path, n: int, from_scratch: bool) -> dict:
+    """A corpus of `n` synthetic documents, near dedup over it (setup), then the added crawl and the timed
+    incremental run; with `from_scratch`, a run recomputing every crawl on the same tables after it."""
+    m = args.new_crawl_docs
+    written, wall, _ = run_child(args, "synth-write", home, n, added=m)
+    setup = run_child(args, "near", home, n, added=m, verify="estimated", impl="staged")[0]
+    added, add_wall, _ = run_child(args, "synth-add", home, n, added=m)
+    steps = [setup, run_child(args, "near-added", home, n, added=m, verify="estimated", impl="staged")[0]]
+    if from_scratch:
+        steps.append(run_child(args, "near-added", home, n, added=m, verify="estimated", impl="scratch")[0])
+    return {
+        "documents": n,
+        "new_crawl": Layout(n, CRAWLS, SEGMENTS, args.seed, m).crawl_name(CRAWLS),
+        "new_crawl_docs": m,
+        "setup_wall_s": wall + add_wall,
+        "band_rows": written["band_rows"],
+        "new_crawl_band_rows": added["band_rows"],
+        "planted": added["planted"],
+        "earlier_before": added["earlier"],
+        "disk_bytes": disk_bytes(home),
+        "steps": steps,
+    }
+
+
+def run_incremental(args, work: Path) -> dict | None:
+    """The incremental case at every --incremental size (the smallest also from scratch) and the ratios of the
+    largest size's incremental run to the smallest's."""
+    if not args.incremental:
+        return None
+    cases = []
+    for n in sorted(args.incremental):
+        home = work / f"incremental-{n}"
+        home.mkdir()
+        cases.append(incremental_case(args, home, n, from_scratch=not cases))
+        shutil.rmtree(home)
+        print_incremental(cases[-1])
+    small, large = cases[0]["steps"][1], cases[-1]["steps"][1]
+    out = {
+        "new_crawl_docs": args.new_crawl_docs,
+        "cases": cases,
+        "time_ratio": large["wall_s"] / small["wall_s"],
+        "cpu_ratio": large["cpu_s"] / small["cpu_s"],
+        "bytes_ratio": large["bytes_read"] / small["bytes_read"],
+    }
+    print(
+        f"\nincremental {cases[-1]['documents']:,} / {cases[0]['documents']:,}: time {out['time_ratio']:.2f}x, "
+        f"CPU {out['cpu_ratio']:.2f}x, bytes read {out['bytes_ratio']:.2f}x"
+    )
     return out
 
 
@@ -302,10 +423,11 @@ def run_bench(args, work: Path) -> dict:
         print_steps(steps)
         report["real"] = {"documents": n, "setup_wall_s": wall, "steps": steps, "notes": written["notes"]}
         if not args.no_datatrove:
-            dt = datatrove_stages(args, home / "jsonl", work / "datatrove", n, np.load(home / "roots.npy"))
+            dt = datatrove_stages(args, home / "jsonl", work / "datatrove", np.load(home / "roots.npy"))
             print_datatrove(dt, n, steps)
             report["datatrove"] = dt
         shutil.rmtree(home)
+    report["incremental"] = run_incremental(args, work)
     return report
 
 
@@ -331,7 +453,7 @@ def print_steps(steps: list[dict]) -> None:
             f"{mib(s['bytes_read']):>11}{q.get('precision', float('nan')):>10.4f}{q.get('recall', float('nan')):>8.4f}"
         )
     near = [s for s in steps if s["step"].startswith("near")]
-    if len(near) == 2:
+    if len(near) == 2 and near[1]["step"].endswith("(baseline)"):
         same = near[0]["digest"] == near[1]["digest"]
         print(
             f"  near_duplicates digest: {near[0]['digest'][:12]} vs baseline {near[1]['digest'][:12]}: "
@@ -358,12 +480,53 @@ def print_datatrove(dt: list[dict], n: int, ours: list[dict]) -> None:
     )
 
 
+def print_incremental(case: dict) -> None:
+    """The case's steps, then one line: the incremental run's cost, what it recomputed, the earlier crawls'
+    rows and files before/after, and the from-scratch comparison."""
+    inc, planted, before = case["steps"][1], case["planted"], case["earlier_before"]
+    print(
+        f"\nincremental: {case['documents']:,} documents + crawl {case['new_crawl']} of {case['new_crawl_docs']:,} "
+        f"({planted['duplicates']:,} planted duplicates: {planted['parent_earlier']:,} of an earlier crawl's "
+        f"document, {planted['parent_same_crawl']:,} within; {planted['bucket_members']:,} boilerplate-bucket "
+        f"members), {mib(case['disk_bytes'])} on disk, set up in {case['setup_wall_s']:.0f} s"
+    )
+    print_steps(case["steps"])
+    same = "identical" if earlier_unchanged(case) else "CHANGED"
+    line = (
+        f"  {case['documents']:,} + {case['new_crawl_docs']:,}: incremental {inc['wall_s']:.1f} s wall, "
+        f"{inc['cpu_s']:.1f} CPU s, {mib(inc['bytes_read'])} read, task peak {fmt_rss(inc['max_task_peak_rss_bytes'])}"
+        f", step peak {fmt_rss(inc['step_peak_rss_bytes'])}; first recomputed {inc['first']}; earlier crawls' "
+        f"{before['rows']:,} rows ({before['sha256'][:12]}) and {len(before['files'])} data files {same}"
+    )
+    if len(case["steps"]) > 2:
+        line += "; new crawl's rows from scratch " + ("identical" if scratch_agrees(case) else "DIFFERENT")
+    print(line, flush=True)
+
+
+def earlier_unchanged(case: dict) -> bool:
+    before, after = case["earlier_before"], case["steps"][1]["earlier"]
+    return before["sha256"] == after["sha256"] and before["files"] == after["files"]
+
+
+def scratch_agrees(case: dict) -> bool:
+    """The from-scratch run wrote the added crawl's rows the incremental run wrote."""
+    return case["steps"][2]["added"]["sha256"] == case["steps"][1]["added"]["sha256"]
+
+
 def check(report: dict) -> None:
     groups = [e["steps"] for e in report["synthetic"]] + ([report["real"]["steps"]] if report["real"] else [])
     for steps in groups:
         near = [s for s in steps if s["step"].startswith("near")]
         if len(near) == 2 and near[0]["digest"] != near[1]["digest"]:
             raise BenchFailure(f"{near[0]['step']} and its baseline wrote different dedup.near_duplicates rows")
+    for case in (report["incremental"] or {}).get("cases", []):
+        at = f"incremental case at {case['documents']:,} documents"
+        if case["steps"][1]["first"] != case["new_crawl"]:
+            raise BenchFailure(f"{at}: recomputed from {case['steps'][1]['first']}, not the added crawl")
+        if not earlier_unchanged(case):
+            raise BenchFailure(f"{at}: the earlier crawls' dedup.near_duplicates rows or data files changed")
+        if len(case["steps"]) > 2 and not scratch_agrees(case):
+            raise BenchFailure(f"{at}: the added crawl's rows differ from a from-scratch run's")
 
 
 def sizes(text: str) -> list[int]:
@@ -378,6 +541,15 @@ def main() -> int:
     )
     parser.add_argument(
         "--baseline-docs", type=lambda t: int(float(t)), default=1_000_000, help="size that also runs the baseline"
+    )
+    parser.add_argument(
+        "--incremental",
+        type=sizes,
+        default=sizes("1e6,8e6"),
+        help="corpus sizes to add a crawl to, timing the incremental run (comma-separated; empty: skip)",
+    )
+    parser.add_argument(
+        "--new-crawl-docs", type=lambda t: int(float(t)), default=1_000_000, help="documents of the added crawl"
     )
     parser.add_argument("--json", action="store_true", help="also print the whole report as one JSON line")
     parser.add_argument("--no-datatrove", action="store_true", help="skip datatrove's stages")
@@ -395,7 +567,8 @@ def main() -> int:
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--verify", help=argparse.SUPPRESS)
-    parser.add_argument("--impl", choices=["staged", "baseline"], help=argparse.SUPPRESS)
+    parser.add_argument("--impl", choices=["staged", "scratch", "baseline"], help=argparse.SUPPRESS)
+    parser.add_argument("--added", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(CHILDREN[args.child](args)))

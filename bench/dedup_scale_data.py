@@ -27,11 +27,12 @@ verification must reject them).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import lzma
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,30 +65,37 @@ def mix64(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Layout:
-    """Documents 0..n-1 over crawls and segments (contiguous number ranges, canonical order)."""
+    """Documents 0..n-1 over crawls and segments (contiguous number ranges, canonical order); `added` more
+    documents, n..n+added-1, make one more crawl after those (the crawl an incremental run adds)."""
 
     n_docs: int
     crawls: int
     segments: int
     seed: int
+    added: int = 0
 
     def crawl_name(self, k: int) -> str:
         return f"CC-BENCH-{k:02d}"
 
-    def partitions(self) -> Iterator[tuple[str, str, int, int]]:
-        """(crawl, segment, first, end) of every partition, in canonical order."""
-        for k in range(self.crawls):
-            c0, c1 = k * self.n_docs // self.crawls, (k + 1) * self.n_docs // self.crawls
+    def bounds(self) -> list[int]:
+        """The first document of every crawl, then the end."""
+        cuts = [k * self.n_docs // self.crawls for k in range(self.crawls + 1)]
+        return cuts + [self.n_docs + self.added] if self.added else cuts
+
+    def partitions(self, crawls: Iterable[int] | None = None) -> Iterator[tuple[str, str, int, int]]:
+        """(crawl, segment, first, end) of every partition of `crawls` (crawl numbers; all), in canonical order."""
+        bounds = self.bounds()
+        for k in range(len(bounds) - 1) if crawls is None else crawls:
+            c0, c1 = bounds[k], bounds[k + 1]
             for s in range(self.segments):
                 s0, s1 = c0 + s * (c1 - c0) // self.segments, c0 + (s + 1) * (c1 - c0) // self.segments
                 yield self.crawl_name(k), f"seg-{s:03d}", s0, s1
 
     def doc_ids(self, first: int, end: int) -> list[str]:
         """The doc_ids of documents first..end-1 (all in one crawl)."""
-        k = first * self.crawls // self.n_docs
-        while (k + 1) * self.n_docs // self.crawls <= first:
-            k += 1
-        c0, c1 = k * self.n_docs // self.crawls, (k + 1) * self.n_docs // self.crawls
+        bounds = self.bounds()
+        k = bisect.bisect_right(bounds, first) - 1
+        c0, c1 = bounds[k], bounds[k + 1]
         step = (1 << 64) // max(c1 - c0, 1)
         idx = np.arange(first, end, dtype=np.int64)
         jitter = mix64(idx.astype(U64) ^ U64(self.seed * 0x5851F42D + 17)) % U64(step)
@@ -203,12 +211,14 @@ def bench_provenance(asset: str, partition: str, seed: int) -> Provenance:
     )
 
 
-def write_synthetic(lakehouse: Lakehouse, layout: Layout, planted: Planted, batch_docs: int) -> int:
-    """dedup.minhash_signatures + dedup.minhash_bands of every partition, per batch of `batch_docs`
-    documents as `signatures.run_task` writes them; the band rows written."""
+def write_synthetic(
+    lakehouse: Lakehouse, layout: Layout, planted: Planted, batch_docs: int, crawls: Iterable[int] | None = None
+) -> int:
+    """dedup.minhash_signatures + dedup.minhash_bands of every partition of `crawls` (all), per batch of
+    `batch_docs` documents as `signatures.run_task` writes them; the band rows written."""
     params = DEFAULT_PARAMS
     rows = 0
-    for crawl, segment, s0, s1 in layout.partitions():
+    for crawl, segment, s0, s1 in layout.partitions(crawls):
         partition = {"crawl": crawl, "segment": segment}
         bands = lakehouse.writer(DEDUP_MINHASH_BANDS, partition)
         sigs = lakehouse.writer(DEDUP_MINHASH_SIGNATURES, partition)
@@ -318,19 +328,38 @@ def write_real(lakehouse: Lakehouse, layout: Layout, texts: list[str], batch_doc
     return rows
 
 
-def score(n: int, roots: np.ndarray, rows: pa.Table) -> dict:
+def score(roots: np.ndarray, rows: pa.Table, docs: range | None = None) -> dict:
     """Precision/recall of the near duplicates found (rows of dedup.near_duplicates: doc_id, decision,
-    duplicate_of) against the planted truth, per document: a found duplicate is right when it is a planted
-    duplicate; `right_canonical` counts those whose duplicate_of is also its planted root."""
-    truth = roots != np.arange(n)
+    duplicate_of) against the planted truth, per document of `docs` (document numbers; all): a found duplicate
+    is right when it is a planted duplicate; `right_canonical` counts those whose duplicate_of is also its
+    planted root."""
+    docs = range(len(roots)) if docs is None else docs
+    truth = roots != np.arange(len(roots))
     dup_rows = rows.filter(pa.compute.equal(rows["decision"], "near_duplicate"))
     found = numbers_of(dup_rows["doc_id"]) if dup_rows.num_rows else np.empty(0, np.int64)
     canon = numbers_of(dup_rows["duplicate_of"]) if dup_rows.num_rows else np.empty(0, np.int64)
+    inside = (found >= docs.start) & (found < docs.stop)
+    found, canon = found[inside], canon[inside]
     hit = truth[found]
+    planted = int(truth[docs.start : docs.stop].sum())
     return {
-        "planted_duplicates": int(truth.sum()),
+        "planted_duplicates": planted,
         "found_duplicates": int(len(found)),
         "precision": float(hit.mean()) if len(found) else 1.0,
-        "recall": float(hit.sum() / truth.sum()) if truth.any() else 1.0,
+        "recall": float(hit.sum() / planted) if planted else 1.0,
         "right_canonical": int((hit & (canon == roots[found])).sum()),
+    }
+
+
+def added_links(planted: Planted, first: int) -> dict:
+    """How the planted duplicates among documents `first`.. (the added crawl) link: to a parent in an earlier
+    crawl, or to one in the same crawl; and how many boilerplate-bucket members it has."""
+    new = np.arange(first, len(planted.parent))
+    parent = planted.parent[new]
+    dup = parent != new
+    return {
+        "duplicates": int(dup.sum()),
+        "parent_earlier": int((dup & (parent < first)).sum()),
+        "parent_same_crawl": int((dup & (parent >= first)).sum()),
+        "bucket_members": int((planted.bucket[new] >= 0).sum()),
     }
