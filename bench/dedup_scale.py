@@ -12,6 +12,15 @@ precision/recall against a planted truth; datatrove 0.10.1's MinHash stages side
 3. datatrove on the same real texts (JSONL, same order): MinhashDedupSignature, MinhashDedupBuckets,
    MinhashDedupCluster, MinhashDedupFilter with 5-grams, 14 buckets x 8 hashes, each stage its own process
    in datatrove's venv (bench/out/venvs/datatrove); --no-datatrove skips it.
+4. incremental, per --incremental size N: the planted clusters of N + M documents (M = --new-crawl-docs), the
+   first N written as the 4 crawls and near dedup run over them (setup, not timed); their rows of
+   dedup.near_duplicates hashed (iceberg_catalog.digest.rows_digest) and their data files listed; then the
+   last M written as one more crawl (new partitions of the band and signature tables: its duplicates point
+   into the earlier crawls' clusters as well as within it) and the timed near run, which must recompute only
+   that crawl (plan.first) and leave the earlier crawls' rows and data files as they were; its rows scored
+   on the added crawl's documents. At the smallest N, a run recomputing every crawl on the same tables
+   must write the added crawl's rows the incremental run wrote. Then the ratios of the largest N's
+   incremental run to the smallest's (wall, CPU, bytes read).
 
 Every step runs in a fresh child process (the step process: plan and commit; its peak RSS is VmHWM). Its
 tasks run on `bench.task_pool.FreshProcessExecutor`: 2 at a time, each in a fresh spawned process, so a
@@ -23,9 +32,14 @@ process (the single-process shape; the old implementation is kept only as the te
 stages equal on every test input), recomputing every crawl on the same tables: its digest must equal the
 step's.
 
-    python bench/dedup_scale.py [--docs 1e6,4e6,16e6] [--real-docs 1e6] [--json] [--no-datatrove]
+    python bench/dedup_scale.py [--docs 1e6,4e6,16e6] [--real-docs 1e6] [--incremental 1e6,8e6]
+        [--new-crawl-docs 1e6] [--json] [--no-datatrove]
 
-Exits 1 when a step fails or the baseline's rows differ; the rates and memory are printed, never judged.
+An empty --docs or --incremental, or --real-docs 0, skips that part. `--json` adds one line with the whole
+report: {"synthetic", "real", "datatrove", "incremental": {"new_crawl_docs", "cases", "time_ratio",
+"cpu_ratio", "bytes_ratio"}}. Exits 1 when a step fails, the baseline's rows differ, or an incremental run
+recomputed another crawl, changed an earlier crawl's rows or files, or disagrees with the from-scratch run;
+the rates and memory are printed, never judged.
 """
 
 from __future__ import annotations

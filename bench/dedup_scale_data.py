@@ -5,6 +5,9 @@ Layout shared by both corpora: documents are numbered in canonical order, (crawl
 of `crawls` owns a contiguous range of numbers, cut into `segments` partitions (crawl, segment). A doc_id is
 32 hex digits: 16 that increase within a crawl with random gaps (so ids spread over the whole hex space as
 real ones do), then the document's number, so a scorer maps any row back to the truth without a lookup.
+An incremental case plants its clusters over n + `added` documents and writes the last `added` as one more
+crawl after the others, later: since cluster members are drawn from every document, that crawl's duplicates
+copy documents of the earlier crawls (whose signatures it derives from theirs) as well as its own.
 
 Planted clusters (`plant`): ~`dup_fraction` of the documents are duplicates in clusters of 2-50 members;
 the member with the smallest number is the root (the canonical document), every other member copies its
