@@ -365,18 +365,21 @@ def exact_duplicates(
     context.log.info(
         "%d exact duplicates among %d kept documents; crawls recomputed: %s", found.duplicates, found.kept, crawls
     )
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": found.duplicates,
-            "kept_before_dedup": found.kept,
-            "kept_after_dedup": found.kept - found.duplicates,
-            **shell.commit_metadata(commit, upstream),
-            "tasks": len(tasks),
-            "recomputed_crawls": ", ".join(crawls) or "none",
-            "bytes_scanned": found.bytes_scanned,
-            "funnel_all_partitions": md_table(["decision", "documents"], found.funnel()),
-        }
-    )
+    return dg.MaterializeResult(metadata=exact_metadata(found, commit, upstream, len(tasks), crawls))
+
+
+def exact_metadata(found, commit, upstream: dict, tasks: int, crawls: list[str]) -> dict:
+    """Counts of the exact dedup, what it read, and the funnel over every partition."""
+    return {
+        "dagster/row_count": found.duplicates,
+        "kept_before_dedup": found.kept,
+        "kept_after_dedup": found.kept - found.duplicates,
+        **shell.commit_metadata(commit, upstream),
+        "tasks": tasks,
+        "recomputed_crawls": ", ".join(crawls) or "none",
+        "bytes_scanned": found.bytes_scanned,
+        "funnel_all_partitions": md_table(["decision", "documents"], found.funnel()),
+    }
 
 
 # ---- jobs --------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 crawl whose inputs changed: an incremental run for a new crawl); `execute` runs the stages on an executor,
 each task holding one shard, handing rows on through hash-partitioned scratch files (`assets.dedup.shuffle`):
 
-1. candidates, one task per (band, band-hash range): the band's rows of that range, the pairs sharing a hash;
+1. scatter, one task per data file of the band rows: each row sent to its (band, band-hash range) partition;
+   candidates, one task per (band, band-hash range): those rows, the pairs sharing a hash;
 2. pairs, one task per partition of the pairs' first document: unique pairs (and, to verify, the features
    each pair needs, requested by segment);
 3. fetch + verify (verify != "none"): per segment partition, the requested texts or signatures; per pair
@@ -39,17 +40,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import (
     And,
-    BooleanExpression,
     EqualTo,
-    GreaterThanOrEqual,
     In,
     LessThan,
 )
 
 from assets.dedup.minhash import MinHashParams, exact_jaccard, shingles
-from assets.dedup.shuffle import delete_all, keys, partition_of, read_part, split_keys, write_parts
+from assets.dedup.shuffle import PartWriter, delete_all, keys, partition_of, read_part, split_keys, write_parts
 from assets.knobs import knob
-from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, TaskResult, config_hash
+from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, ScanSlice, TaskResult, config_hash
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
     DEDUP_MINHASH_BANDS,
@@ -66,8 +65,10 @@ VERIFY_MODES: tuple[str, ...] = get_args(Verify)
 MAX_ALL_PAIRS_BUCKET = 32
 INPUTS_PROPERTY = "near-inputs"  # snapshot property: the config hash and {crawl: input fingerprint} of the rows
 VERIFY_BATCH = 65536  # pairs compared at once
+MAX_SHINGLE_SETS = 4096  # documents' shingle sets a verify task keeps (a few hundred MB of Python sets at most)
 MAX_ROUNDS = 1000  # label propagation rounds before the run fails (a chain this long is not a near duplicate)
 
+BAND_ROWS = pa.schema([("key", pa.string()), ("segment", pa.string()), ("h", pa.int64())])
 PAIRS = pa.schema([("a", pa.string()), ("b", pa.string()), ("a_seg", pa.string()), ("b_seg", pa.string())])
 REQUESTS = pa.schema([("key", pa.string()), ("segment", pa.string()), ("part", pa.int64())])
 ADJACENCY = pa.schema([("src", pa.string()), ("dst", pa.string())])
@@ -153,6 +154,7 @@ class Task:
     inputs: tuple[tuple[str, ...], ...] = ()
     band: int = 0
     step: int = 0  # the propagation round
+    source: ScanSlice | None = None  # the data files a scatter task reads
 
 
 @dataclass(frozen=True)
@@ -269,14 +271,6 @@ def scanned_band_count(lakehouse: Lakehouse, bands_snapshot: int | None) -> int:
     return top + 1
 
 
-def hash_range(index: int, ranges: int) -> tuple[int | None, int | None]:
-    """The band-hash range [lo, hi) of range `index` of `ranges` equal ranges of the signed 64-bit space."""
-    width = (1 << 64) // ranges
-    lo = None if index == 0 else -(1 << 63) + index * width
-    hi = None if index == ranges - 1 else -(1 << 63) + (index + 1) * width
-    return lo, hi
-
-
 # --- execute: every stage on the executor ----------------------------------------------------------------------
 
 
@@ -296,10 +290,13 @@ def execute(p: NearDuplicatePlan, executor) -> NearDuplicateResult:
         return results
 
     parts = range(p.parts)
+    files = p.lakehouse.slices(DEDUP_MINHASH_BANDS, p.snapshot(DEDUP_MINHASH_BANDS), None, SCATTER_COLUMNS)
+    scattered = stage("scatter", scatter_task, [Task(i, p, source=s) for i, s in enumerate(files)])
+    band_files = (outputs(scattered, "bands"),)
     cand = stage(
         "candidates",
         candidates_task,
-        [Task(b * p.ranges + r, p, band=b) for b in range(p.bands) for r in range(p.ranges)],
+        [Task(b * p.ranges + r, p, band_files, band=b) for b in range(p.bands) for r in range(p.ranges)],
     )
     cand_files = (outputs(cand, "pairs"),)
     pairs = stage("pairs", pairs_task, [Task(i, p, cand_files) for i in parts])
@@ -357,21 +354,39 @@ def stored_crawls(lakehouse: Lakehouse, p: NearDuplicatePlan) -> set[str]:
 # --- the stages' tasks ---------------------------------------------------------------------------------------
 
 
+SCATTER_COLUMNS = ("doc_id", "crawl", "segment", "band", "band_hash")
+
+
+def scatter_task(t: Task) -> TaskResult:
+    """The band rows of some data files, streamed batch by batch, each to the partition of its (band, band-hash
+    range): one read of dedup.minhash_bands in all, where a range filter could not skip anything (every row
+    group spans the whole hash range)."""
+    p, start = t.plan, task_start()
+    writer = PartWriter(fs(p), p.scratch_path("bands", t.index), BAND_ROWS)
+    for batch in p.lakehouse.read_slice(t.source):
+        h = batch.column("band_hash").to_numpy()
+        rows = pa.table(
+            {"key": keys(batch.column("crawl"), batch.column("doc_id")), "segment": batch.column("segment"), "h": h}
+        )
+        writer.write(rows, batch.column("band").to_numpy().astype(np.int64) * p.ranges + range_of(h, p.ranges))
+    nbytes = sum(f.file.file_size_in_bytes for f in t.source.files)
+    return task_result(t, start, nbytes, bands=writer.close())
+
+
+def range_of(h: np.ndarray, ranges: int) -> np.ndarray:
+    """Which of `ranges` equal ranges of the signed 64-bit space each hash falls in (0 for the smallest)."""
+    if ranges == 1:
+        return np.zeros(len(h), np.int64)
+    shifted = h.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)  # order-preserving map to [0, 2^64)
+    return np.minimum(shifted // np.uint64((1 << 64) // ranges), np.uint64(ranges - 1)).astype(np.int64)
+
+
 def candidates_task(t: Task) -> TaskResult:
     """Pairs of documents sharing a hash of band `t.band` within its hash range (of every crawl; only pairs whose
     later document is in a recomputed crawl are kept), partitioned by their first document."""
     p, start = t.plan, task_start()
-    lo, hi = hash_range(t.index % p.ranges, p.ranges)
-    where: BooleanExpression = EqualTo("band", t.band)
-    if lo is not None:
-        where = And(where, GreaterThanOrEqual("band_hash", lo))
-    if hi is not None:
-        where = And(where, LessThan("band_hash", hi))
-    columns = ("doc_id", "crawl", "segment", "band_hash")
-    rows, nbytes = read_table(p.lakehouse, DEDUP_MINHASH_BANDS, p.snapshot(DEDUP_MINHASH_BANDS), columns, where)
-    table = pa.table(
-        {"key": keys(rows["crawl"], rows["doc_id"]), "segment": rows["segment"], "h": rows["band_hash"]}
-    ).sort_by([("h", "ascending"), ("key", "ascending")])
+    rows, nbytes = read_scratch(p, t.inputs[0], t.index, BAND_ROWS)
+    table = rows.sort_by([("h", "ascending"), ("key", "ascending")])
     i, j = bucket_pairs(table["h"].to_numpy())
     pairs = pa.table(
         {
@@ -498,6 +513,8 @@ def similarity_of(params: NearDuplicateParams, values: dict) -> Callable[[list, 
 
         def shingle_set(k: str) -> frozenset:
             if k not in sets:
+                if len(sets) >= MAX_SHINGLE_SETS:  # pairs come sorted by their first document: few are needed again
+                    sets.clear()
                 sets[k] = frozenset(shingles(values[k] or "", params.n_grams))
             return sets[k]
 

@@ -1,7 +1,7 @@
 """Hash-partitioned scratch files: how the near-dedup stages hand rows to each other without any one process
-holding them all. A task writes ONE Parquet file per output, one row group per destination partition
-(`write_parts`); the next stage's task p reads only the row groups of partition p from every file
-(`read_part`). Files live under the run's scratch folder in the warehouse (local or S3, through the
+holding them all. A task writes ONE Parquet file per output, its rows in row groups of one destination
+partition each (`PartWriter`, `write_parts`); the next stage's task p reads only the row groups of partition p
+from every file (`read_part`). Files live under the run's scratch folder in the warehouse (local or S3, through the
 lakehouse's FileIO), are named by the stage and task that wrote them (a retried task overwrites what a killed
 attempt left), and are deleted after the commit.
 
@@ -11,7 +11,6 @@ order (no crawl name contains NUL), so min and sort on keys give the earliest cr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ from pyiceberg.io import FileIO
 from assets.dedup.minhash import byte_string_hashes
 
 SEP = "\x00"
-PARTS_KEY = b"tokenlake.parts"  # file metadata: the partition of each row group, in order
+PART = "_part"  # the column holding a row group's destination partition
 
 
 def keys(crawls: pa.Array | pa.ChunkedArray, doc_ids: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -49,32 +48,59 @@ def partition_of(k: pa.Array | pa.ChunkedArray, n_parts: int) -> np.ndarray:
     return (h % np.uint64(n_parts)).astype(np.int64)
 
 
+class PartWriter:
+    """Rows to one scratch file (replaced if it exists), grouped by destination partition: each `write` adds one
+    row group per partition present in its rows, with the partition in column `_part` (so a reader finds a
+    partition's row groups by their statistics, and a task can stream any number of batches)."""
+
+    def __init__(self, io: FileIO, path: str, schema: pa.Schema) -> None:
+        self.io, self.path = io, path
+        self.schema = schema.append(pa.field(PART, pa.int64()))
+        self.stream = io.new_output(path).create(overwrite=True)
+        self.writer = pq.ParquetWriter(self.stream, self.schema)
+        self.rows = 0
+
+    def write(self, table: pa.Table, parts: np.ndarray) -> None:
+        if not table.num_rows:
+            return
+        order = np.argsort(parts, kind="stable")
+        table, parts = table.take(pa.array(order)), parts[order]
+        table = table.append_column(PART, pa.array(parts, pa.int64())).cast(self.schema)
+        starts = np.flatnonzero(np.r_[True, parts[1:] != parts[:-1]])
+        for start, end in zip(starts.tolist(), np.r_[starts[1:], len(parts)].tolist()):
+            self.writer.write_table(table.slice(start, end - start), row_group_size=end - start)
+        self.rows += table.num_rows
+
+    def close(self) -> str:
+        if not self.rows:
+            self.writer.write_table(self.schema.empty_table())
+        self.writer.close()
+        self.stream.close()
+        return self.path
+
+
 def write_parts(io: FileIO, path: str, table: pa.Table, parts: np.ndarray) -> str:
-    """Write `table` to the file `path` (replacing it), its rows grouped by `parts` (one row group per
-    partition present, rows in their order within a partition); returns the path."""
-    order = np.argsort(parts, kind="stable")
-    table, parts = table.take(pa.array(order)), parts[order]
-    bounds = np.flatnonzero(np.r_[True, parts[1:] != parts[:-1]]) if len(parts) else np.empty(0, np.int64)
-    present = parts[bounds].tolist() if len(parts) else []
-    schema = table.schema.with_metadata({PARTS_KEY: json.dumps(present).encode()})
-    with io.new_output(path).create(overwrite=True) as stream, pq.ParquetWriter(stream, schema) as writer:
-        ends = np.r_[bounds[1:], len(parts)] if len(parts) else []
-        for start, end in zip(bounds, ends):
-            writer.write_table(table.slice(int(start), int(end - start)), row_group_size=int(end - start))
-        if not present:
-            writer.write_table(table)
-    return path
+    """Write `table` to the file `path` (replacing it), its rows grouped by `parts`; returns the path."""
+    writer = PartWriter(io, path, table.schema)
+    writer.write(table, parts)
+    return writer.close()
 
 
 def read_part(io: FileIO, paths: Sequence[str], part: int, schema: pa.Schema) -> pa.Table:
-    """The rows of partition `part` from every file of `paths` (in path order), as `schema`."""
+    """The rows of partition `part` from every file of `paths` (in path order), as `schema`: only the row groups
+    whose `_part` statistics say `part` are read."""
     tables = []
     for path in paths:
         with io.new_input(path).open(seekable=True) as f:
             pf = pq.ParquetFile(f)
-            present = json.loads(pf.schema_arrow.metadata[PARTS_KEY])
-            if part in present:
-                tables.append(pf.read_row_group(present.index(part)).replace_schema_metadata())
+            column = pf.schema_arrow.get_field_index(PART)
+            groups = [
+                i
+                for i in range(pf.metadata.num_row_groups)
+                if pf.metadata.row_group(i).num_rows and pf.metadata.row_group(i).column(column).statistics.min == part
+            ]
+            if groups:
+                tables.append(pf.read_row_groups(groups, columns=schema.names))
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 

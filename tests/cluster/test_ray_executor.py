@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -95,6 +96,33 @@ def test_ray_builds_the_same_tables_as_in_process_on_both_nodes(builds, cluster)
     assert set(per_node) == set(cluster.node_ips) and all(n > 0 for n in per_node.values())
 
 
+@contextmanager
+def killing_first(cluster: RayCluster, title: str, delay_s: float):
+    """While the block runs, SIGKILL the first Ray worker seen whose process title starts with `title`, `delay_s`
+    after seeing it; yields the list of killed workers' titles."""
+    killed: list[str] = []
+    stop = threading.Event()
+
+    def killer():
+        while not stop.is_set() and not killed:
+            for ip in cluster.node_ips:
+                for pid in cluster.worker_pids(ip):
+                    if cmdline(pid).startswith(title):
+                        time.sleep(delay_s)
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(title)
+                        return
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        yield killed
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 class MissingFileSource(LocalCrawlSource):
     """The segment's real WARC files plus one that is gone when a task opens it (on every attempt)."""
 
@@ -159,30 +187,11 @@ def test_a_worker_killed_mid_task_is_retried_and_the_partition_is_identical(
     monkeypatch.setenv("TOKENLAKE_HOME", str(builds["ray_home"]))
     lakehouse = Lakehouse()
     snapshot = lakehouse.snapshot_id(CURATED_DOCUMENTS)
-    killed: list[int] = []
-    stop = threading.Event()
-
-    def killer():  # the first worker seen running a curate task (its process title says so) dies
-        while not stop.is_set() and not killed:
-            for ip in cluster.node_ips:
-                for pid in cluster.worker_pids(ip):
-                    if cmdline(pid).startswith("ray::assets.curated.curate.run_task"):
-                        time.sleep(0.3)  # well into the task
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-                        return
-            time.sleep(0.02)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    try:
+    with killing_first(cluster, "ray::assets.curated.curate.run_task", delay_s=0.3) as killed:  # well into it
         with dg.instance_for_test() as instance:
             materialize_segments(
                 instance, SAMPLE_CRAWL, [HERITRIX], selection="curated/documents", lm_path=reference_lm_file
             )
-    finally:
-        stop.set()
-        thread.join(10)
     print(f"\nkilled worker {killed}")
     assert killed, "no curate task was seen running"
     assert lakehouse.snapshot_id(CURATED_DOCUMENTS) != snapshot  # the partition was committed again
@@ -196,32 +205,13 @@ def test_a_near_dedup_task_killed_mid_run_is_retried_and_the_table_is_identical(
     monkeypatch.setenv("TOKENLAKE_HOME", str(builds["ray_home"]))
     lakehouse = Lakehouse()
     snapshot = lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES)
-    killed: list[str] = []
-    stop = threading.Event()
-
-    def killer():
-        while not stop.is_set() and not killed:
-            for ip in cluster.node_ips:
-                for pid in cluster.worker_pids(ip):
-                    title = cmdline(pid)
-                    if title.startswith("ray::assets.dedup.near."):
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(title.split()[0])
-                        return
-            time.sleep(0.005)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    try:
+    with killing_first(cluster, "ray::assets.dedup.near.", delay_s=0.0) as killed:
         with dg.instance_for_test() as instance:  # threshold 0.81: a new config, so every crawl is recomputed
             config = near_config(2)
             config["ops"]["dedup__near_duplicates"]["config"]["threshold"] = 0.81
             materialize_assets(instance, "dedup/near_duplicates", run_config=config)
             config["ops"]["dedup__near_duplicates"]["config"]["threshold"] = 0.8
             materialize_assets(instance, "dedup/near_duplicates", run_config=config)
-    finally:
-        stop.set()
-        thread.join(10)
     print(f"\nkilled {killed}")
     assert killed, "no near-dedup task was seen running"
     assert lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES) != snapshot

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import pytest
 from pyiceberg.expressions import EqualTo
 
@@ -109,12 +110,14 @@ def test_cheaper_verification_only_adds_duplicates(hashed):
 
 def test_any_partition_count_and_task_order_give_the_same_rows(hashed):
     _, one = near_duplicates(hashed, NearDuplicateParams(verify="estimated", partitions=1))
-    for partitions, seed in ((8, 1), (32, 2)):
-        params = NearDuplicateParams(verify="estimated", partitions=partitions)
+    cuts = ({"partitions": 8}, {"partitions": 32}, {"docs_per_task": 7})  # the last: 8 band-hash ranges, 8 parts
+    for seed, cut in enumerate(cuts):
+        params = NearDuplicateParams(verify="estimated", **cut)
         again = near.plan(hashed, params, uuid.uuid4().hex)
+        assert (again.ranges, again.parts) == ((8, 8) if "docs_per_task" in cut else (1, cut["partitions"]))
         assert again.first is None  # nothing changed: the partition count is not part of the config
         again = dataclasses.replace(again, first="CRAWL-A")  # recompute everything anyway
-        near.commit(hashed, again, near.execute(again, ShuffledExecutor(seed)), PROV)
+        near.commit(hashed, again, near.execute(again, ShuffledExecutor(seed + 1)), PROV)
         assert rows_of(hashed) == one
 
 
@@ -163,6 +166,13 @@ def test_nothing_hashed_yet_gives_an_empty_table(lakehouse):
     stats, rows = near_duplicates(lakehouse)
     assert rows == [] and stats["documents"] == 0 and stats["bands"] == 0
     assert lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES) is not None
+
+
+def test_band_hash_ranges_cut_the_signed_space_in_order():
+    h = np.array([-(1 << 63), -(1 << 63) + (1 << 62) - 1, -1, 0, (1 << 62), (1 << 63) - 1], np.int64)
+    assert near.range_of(h, 4).tolist() == [0, 0, 1, 2, 3, 3]
+    assert near.range_of(h, 1).tolist() == [0] * 6
+    assert near.range_of(h, 3).tolist() == sorted(near.range_of(h, 3).tolist())
 
 
 def test_params():

@@ -70,6 +70,12 @@ def _write(
     return writer.commit(Provenance(t.identifier, None, "test-run", "test", "test")).snapshot_id
 
 
+def write_near_duplicates(lakehouse: Lakehouse, rows: list[dict]) -> None:
+    """Rows of dedup.near_duplicates (partitioned by crawl): each crawl's partition replaced by its rows."""
+    for crawl in sorted({r["crawl"] for r in rows}):
+        _write(lakehouse, TABLES["dedup.near_duplicates"], {"crawl": crawl}, [r for r in rows if r["crawl"] == crawl])
+
+
 def write_documents(
     lakehouse: Lakehouse,
     n_docs: int = 60,

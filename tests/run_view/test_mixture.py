@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from assets.run_view import store
 from assets.run_view.mixture import Component, MixtureError, feasible_budget, select, within_tolerance
 from iceberg_catalog.run_view_contract import canonical_json, manifest_sha256
-from iceberg_catalog.schemas import CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES, QUARANTINE_MATCHES
+from iceberg_catalog.schemas import CURATED_EXACT_DUPLICATES, QUARANTINE_MATCHES
 from tests.run_view import builders
 
 
@@ -167,10 +167,8 @@ def test_excluded_documents_never_enter_a_view(lakehouse):
         ],
     )
     # near duplicates live in the dedup namespace; the cluster's canonical document (decision null) stays
-    builders._write(
+    builders.write_near_duplicates(
         lakehouse,
-        DEDUP_NEAR_DUPLICATES,
-        {},
         [
             {
                 "doc_id": d["doc_id"],

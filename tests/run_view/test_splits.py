@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,6 @@ from assets.dedup.semantic_clusters import split_cluster_ids
 from assets.dedup.splits import SEMANTIC_THRESHOLD, SplitParams, cluster_ids, split_of
 from assets.embeddings import embed
 from assets.run_view import store
-from iceberg_catalog import Provenance
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES, RUN_VIEW_SAMPLES
 from tests.run_view import builders
 
@@ -99,9 +97,7 @@ def _write_near_duplicates(lakehouse, docs: list[dict], groups: list[list[int]])
                     "duplicate_of": None if pos == 0 else canonical,
                 }
             )
-    writer = lakehouse.writer(DEDUP_NEAR_DUPLICATES, {})
-    writer.write(pa.Table.from_pylist(rows, schema=DEDUP_NEAR_DUPLICATES.arrow_schema))
-    writer.commit(Provenance(DEDUP_NEAR_DUPLICATES.identifier, None, "test-run", "test", "test"))
+    builders.write_near_duplicates(lakehouse, rows)
 
 
 def test_run_views_select_disjoint_splits_and_views_without_a_split_keep_their_id(lakehouse):

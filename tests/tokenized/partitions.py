@@ -85,7 +85,7 @@ def write_curated(
     write_partition(
         lakehouse,
         DEDUP_NEAR_DUPLICATES,
-        {},
+        {"crawl": crawl},
         [
             {
                 "doc_id": d,
