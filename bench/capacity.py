@@ -19,7 +19,12 @@ idle machine (2026-12-07: 1.97x, 1.88x, 1.88x); range 0.54-0.985, every ratio me
 two single runs on a loaded machine (1.08x, 1.35x). Wall hours are a range, not one figure, and an optimistic one
 at large core counts: the efficiency was measured on 2 nodes, not on thousands of cores.
 
-    python bench/capacity.py [--copies 1] [--cores 64,512,4096] [--json]
+`--rate STEP=R` replaces a step's per-core rate with R documents per CPU second measured by its own bench at
+scale (near_dedup: `bench/dedup_scale.py`, end to end; exact_dedup: `bench/exact_incremental.py`), applied to every
+curated document: the sample's one-process run of a global step measures its per-run overhead, not its rate on
+a crawl. Such a step's core-hours = the crawl's documents / R.
+
+    python bench/capacity.py [--copies 1] [--cores 64,512,4096] [--rate near_dedup=R] [--json]
 
 With --json, exactly one JSON object on its own line on stdout (everything else on stderr).
 """
@@ -52,6 +57,10 @@ UNIT = {  # what one step's cost is counted per
     "register_benchmark": "(once)",
     "decontaminate": "documents",
 }
+
+
+# what a --rate is applied to: every curated document (an upper bound for near dedup, which hashes only kept ones)
+RATE_UNIT = {"near_dedup": "documents", "exact_dedup": "documents"}
 
 
 def say(msg: str, quiet: bool) -> None:
@@ -144,6 +153,9 @@ def plan_for(steps: dict, units: dict, measured_files: int, args) -> dict:
         n = units.get(unit, 0) * (3 if job == "decontaminate" else 1)  # 3 benchmarks: each document 3 times
         once = unit == "(once)"
         crawl_core_s = s["cpu_s"] if once else s["cpu_s"] * scale
+        if job in args.rate:  # measured at scale by its own bench
+            unit, n = RATE_UNIT[job], units[RATE_UNIT[job]]
+            crawl_core_s = n * scale / args.rate[job]
         files = 0 if once else round(s["data_files_written"] * per_file)
         core_s, data_files = core_s + crawl_core_s, data_files + files
         commit_files += s["metadata_files_written"] * (1 if once or job.endswith("_dedup") else args.crawl_segments)
@@ -151,7 +163,8 @@ def plan_for(steps: dict, units: dict, measured_files: int, args) -> dict:
             **s,
             "unit": unit,
             "units": n,
-            "per_core_rate": None if once or not s["cpu_s"] else round(n / s["cpu_s"], 1),
+            "per_core_rate": args.rate.get(job) or (None if once or not s["cpu_s"] else round(n / s["cpu_s"], 1)),
+            "rate_from": "bench at scale" if job in args.rate else "this run",
             "crawl_core_hours": round(crawl_core_s / 3600, 1),
             "crawl_data_files": files,
         }
@@ -201,8 +214,19 @@ def main() -> int:
         default=[0.54, 0.985],
         help="MIN,MAX scale-out efficiency (bench/scaleout.py's efficiency_range)",
     )
+    ap.add_argument(
+        "--rate",
+        type=lambda s: s.split("=", 1),
+        action="append",
+        default=[],
+        help="STEP=R: per-core rate measured by the step's own bench at scale (near_dedup, exact_dedup)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout, the rest on stderr")
     args = ap.parse_args()
+    args.rate = {step: float(r) for step, r in args.rate}
+    unknown = set(args.rate) - set(RATE_UNIT)
+    if unknown:
+        ap.error(f"--rate takes {', '.join(RATE_UNIT)}; got {', '.join(sorted(unknown))}")
     quiet = args.json
     work = Path(tempfile.mkdtemp(prefix="tokenlake-capacity-"))
     try:

@@ -36,16 +36,25 @@ def split_keys(k: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     return pc.list_element(parts, 0), pc.list_element(parts, 1)
 
 
+HASH_CHUNK = 8192  # keys hashed together: the hash's power tables grow with the bytes of one call
+
+
 def partition_of(k: pa.Array | pa.ChunkedArray, n_parts: int) -> np.ndarray:
     """A stable hash partition in [0, n_parts) of each string (the same on every machine and run)."""
     if n_parts == 1 or len(k) == 0:
         return np.zeros(len(k), np.int64)
-    arr = pa.array(k, pa.large_string()) if not isinstance(k, pa.ChunkedArray) else k.combine_chunks()
-    arr = arr.cast(pa.large_string())
+    arr = (k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k).cast(pa.large_string())
     offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.empty(0, np.uint8)
-    h = byte_string_hashes(data, offsets[:-1].astype(np.intp), offsets[1:].astype(np.intp))
-    return (h % np.uint64(n_parts)).astype(np.int64)
+    out = np.empty(len(arr), np.int64)
+    for lo in range(0, len(arr), HASH_CHUNK):
+        bounds = offsets[lo : lo + HASH_CHUNK + 1]
+        chunk = data[bounds[0] : bounds[-1]]
+        rel = (bounds - bounds[0]).astype(np.intp)
+        out[lo : lo + len(rel) - 1] = (byte_string_hashes(chunk, rel[:-1], rel[1:]) % np.uint64(n_parts)).astype(
+            np.int64
+        )
+    return out
 
 
 class PartWriter:
