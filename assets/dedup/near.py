@@ -195,7 +195,9 @@ def plan(lakehouse: Lakehouse, params: NearDuplicateParams, run: str) -> NearDup
         params,
         snapshots,
         run,
-        f"{lakehouse.table(DEDUP_NEAR_DUPLICATES).location().rstrip('/')}/scratch/{run}",
+        # under data/: an S3 Tables bucket (SeaweedFS's REST catalog) refuses writes elsewhere in a table; the
+        # orphan sweep removes what a killed run leaves there once it is a day old
+        f"{lakehouse.table(DEDUP_NEAR_DUPLICATES).location().rstrip('/')}/data/scratch/{run}",
         fingerprints,
         documents,
         first,

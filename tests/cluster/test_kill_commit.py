@@ -1,7 +1,7 @@
 """SIGKILL the Dagster run process mid-commit, on a PostgreSQL catalog with an S3 warehouse (SeaweedFS).
 
 A fresh process runs the `raw_ingest` job for one partition, counting its own Python calls (`sys.setprofile`,
-no hook in production code); a calibration run records where each `commit_partition` (the one Iceberg commit
+no hook in production code); a calibration run records where each `commit_partitions` (the one Iceberg commit
 helper) starts and ends, then seeded kill points land inside those windows (and a few before them, among the
 tasks). The process SIGKILLs itself there: no `finally`, no atexit, as an OOM kill or a lost node. After
 every kill: each raw table's current snapshot is complete (rows read = the rows its summary records) and holds
@@ -36,12 +36,12 @@ RAW = (RAW_WARC_RECORDS, RAW_REJECTED_RECORDS)
 CHILD = """
 import json, os, signal, sys
 import dagster as dg
-from iceberg_catalog.commit import commit_partition
+from iceberg_catalog.commit import commit_partitions
 from orchestration.definitions import build_defs
 from orchestration.demo import discover_segments
 
 kill_at, key, crawl = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-CODE = commit_partition.__code__
+CODE = commit_partitions.__code__
 calls, windows, open_, mids, wrote = 0, [], [], [], []
 
 def count(frame, event, arg):

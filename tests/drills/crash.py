@@ -3,7 +3,7 @@
 
 A point is the n-th Python function call of the child's main thread after an anchor (counted by a
 `sys.setprofile` hook, so no production code carries a hook): a calibration run counts the calls of a whole run
-and where each `commit_partition` (the one Iceberg commit helper) starts and ends, and the drill picks seeded
+and where each `commit_partitions` (the one Iceberg commit helper) starts and ends, and the drill picks seeded
 points before the first commit, inside the commits and after the last one. The child kills its own process
 group with SIGKILL there (the extraction workers of `curate` die with it), which is what an OOM killer or a
 lost node does: no `finally`, no atexit, no flush.
@@ -28,19 +28,19 @@ import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRunStatus
 
 from iceberg_catalog import TABLES, Lakehouse
-from iceberg_catalog.commit import PROPERTY_PREFIX, commit_partition
+from iceberg_catalog.commit import PROPERTY_PREFIX, commit_partitions
 from iceberg_catalog.digest import table_digest
 from iceberg_catalog.maintenance import referenced_files, sweep_orphan_files
 from orchestration import demo
 
-COMMIT_CODE = commit_partition.__code__
+COMMIT_CODE = commit_partitions.__code__
 CHILD_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
 class KillPoint:
     """The `n`-th Python call after an anchor: the start of the run (`start`), entering the `commit`-th
-    `commit_partition` (`enter`), or the return of the last one (`return`). Anchors rather than absolute
+    `commit_partitions` (`enter`), or the return of the last one (`return`). Anchors rather than absolute
     call numbers, because every rerun reads a longer table history, so the calls before a commit grow."""
 
     anchor: str  # "start" | "enter" | "return"
@@ -49,13 +49,13 @@ class KillPoint:
 
 
 class CallCounter:
-    """A profile hook: counts Python calls of this thread, records where every `commit_partition` starts
+    """A profile hook: counts Python calls of this thread, records where every `commit_partitions` starts
     and ends (call numbers), and SIGKILLs the process group at `kill` (a `KillPoint`)."""
 
     def __init__(self, kill: KillPoint | None = None, commits: int = 0) -> None:
         self.calls = 0
         self.kill = kill
-        self.commits = commits  # how many commit_partition calls the run makes (for the "return" anchor)
+        self.commits = commits  # how many commit_partitions calls the run makes (for the "return" anchor)
         self.windows: list[tuple[int, int]] = []
         self._open: list[int] = []
         self._since: int | None = 0 if kill is not None and kill.anchor == "start" else None
