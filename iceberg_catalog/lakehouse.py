@@ -7,6 +7,7 @@ to tasks that run in another process or on another machine, where it reopens the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -177,6 +178,24 @@ class Lakehouse:
             ScanSlice(t.identifier, snapshot_id, tuple(tasks[i : i + step]), cols, where)
             for i in range(0, len(tasks), step)
         ]
+
+    def crawl_fingerprints(self, snapshots: Mapping[TableDef, int | None]) -> dict[str, str]:
+        """Per crawl, the sha256 of the data and delete files of that crawl in each table at its snapshot (from
+        the scan plan, nothing read): a re-materialised or erased partition writes new files, so its crawl's
+        fingerprint changes, and one that did not change keeps it. What incremental global steps compare."""
+        files: dict[str, list[str]] = {}
+        for t, snapshot_id in snapshots.items():
+            where = t.partition_by.index("crawl")
+            for s in self.slices(t, snapshot_id, files_per_slice=None):
+                for f in s.files:
+                    names = [f"{f.file.file_path} {f.file.record_count}", *(d.file_path for d in f.delete_files)]
+                    files.setdefault(str(f.file.partition[where]), []).extend(names)
+        return {c: hashlib.sha256("\n".join(sorted(n)).encode()).hexdigest() for c, n in sorted(files.items())}
+
+    def stored_crawls(self, t: TableDef, snapshot_id: int | None) -> set[str]:
+        """The crawls with data files in `t` (partitioned by crawl) at `snapshot_id`, from the scan plan."""
+        files = (f.file for s in self.slices(t, snapshot_id, files_per_slice=None) for f in s.files)
+        return {str(f.partition[t.partition_by.index("crawl")]) for f in files if len(f.partition)}
 
     def read_slice(self, s: ScanSlice) -> Iterator[pa.RecordBatch]:
         """Stream the rows of one slice (projected to its columns, filtered by its row filter)."""

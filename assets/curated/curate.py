@@ -16,7 +16,6 @@ and `commit_exact_duplicates` replaces exactly those crawls' partitions in one t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -331,16 +330,8 @@ def hash_bounds(shards: int) -> list[str | None]:
 
 
 def crawl_fingerprints(lakehouse: Lakehouse, documents_snapshot_id: int | None) -> dict[str, str]:
-    """Per crawl, the sha256 of the curated.documents data and delete files of that crawl at the snapshot (from
-    the scan plan, nothing read): a re-materialised or erased segment writes new files, so its crawl's
-    fingerprint changes, and one that did not change keeps it."""
-    where = CURATED_DOCUMENTS.partition_by.index("crawl")
-    files: dict[str, list[str]] = {}
-    for s in lakehouse.slices(CURATED_DOCUMENTS, documents_snapshot_id, files_per_slice=None):
-        for f in s.files:
-            names = [f"{f.file.file_path} {f.file.record_count}", *(d.file_path for d in f.delete_files)]
-            files.setdefault(f.file.partition[where], []).extend(names)
-    return {crawl: hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest() for crawl, names in files.items()}
+    """Per crawl, the fingerprint of its curated.documents files at the snapshot (`Lakehouse.crawl_fingerprints`)."""
+    return lakehouse.crawl_fingerprints({CURATED_DOCUMENTS: documents_snapshot_id})
 
 
 def fingerprint_stamp(fingerprints: Mapping[str, str]) -> dict[str, str]:
@@ -372,18 +363,15 @@ def crawls_to_recompute(
     return sorted(c for c in crawls if c >= first)
 
 
-def stored_crawls(lakehouse: Lakehouse) -> set[str]:
-    """The crawls that have data files in curated.exact_duplicates now (from the scan plan, nothing read)."""
-    snapshot_id = lakehouse.snapshot_id(CURATED_EXACT_DUPLICATES)
-    slices = lakehouse.slices(CURATED_EXACT_DUPLICATES, snapshot_id, files_per_slice=None)
-    return {f.file.partition[0] for s in slices for f in s.files}
-
-
 def exact_scope(lakehouse: Lakehouse, fingerprints: Mapping[str, str], provenance: Provenance) -> list[str]:
     """The crawls this run recomputes, against what the table's current snapshot recorded."""
     snap = lakehouse.table(CURATED_EXACT_DUPLICATES).current_snapshot()
     summary = snap.summary.additional_properties if snap and snap.summary else {}
-    return crawls_to_recompute(recorded_fingerprints(summary, provenance), fingerprints, stored_crawls(lakehouse))
+    return crawls_to_recompute(
+        recorded_fingerprints(summary, provenance),
+        fingerprints,
+        lakehouse.stored_crawls(CURATED_EXACT_DUPLICATES, lakehouse.snapshot_id(CURATED_EXACT_DUPLICATES)),
+    )
 
 
 def exact_plan(

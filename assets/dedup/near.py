@@ -24,7 +24,6 @@ row is a function of the pinned inputs: not of the partition count, the task ord
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import resource
@@ -208,18 +207,14 @@ def plan(lakehouse: Lakehouse, params: NearDuplicateParams, run: str) -> NearDup
 
 
 def crawl_inputs(lakehouse: Lakehouse, snapshots: Mapping[str, int | None]) -> tuple[dict, dict]:
-    """Per crawl: a fingerprint of its band and signature data files (any change of a crawl's inputs replaces
-    some of them) and its hashed documents (signature rows), from the manifests: no data file is read."""
-    files: dict[str, list[str]] = {}
+    """Per crawl: the fingerprint of its band and signature files (`Lakehouse.crawl_fingerprints`) and its
+    hashed documents (signature rows, from the manifests: no data file is read)."""
+    tables = (DEDUP_MINHASH_BANDS, DEDUP_MINHASH_SIGNATURES)
+    fingerprints = lakehouse.crawl_fingerprints({t: snapshots[t.identifier] for t in tables})
     documents: Counter = Counter()
-    for t in (DEDUP_MINHASH_BANDS, DEDUP_MINHASH_SIGNATURES):
-        for s in lakehouse.slices(t, snapshots[t.identifier]):
-            for f in s.files:
-                crawl = str(f.file.partition[0])
-                files.setdefault(crawl, []).append(f.file.file_path)
-                if t is DEDUP_MINHASH_SIGNATURES:
-                    documents[crawl] += f.file.record_count
-    fingerprints = {c: hashlib.sha256("\n".join(sorted(p)).encode()).hexdigest() for c, p in sorted(files.items())}
+    for s in lakehouse.slices(DEDUP_MINHASH_SIGNATURES, snapshots[DEDUP_MINHASH_SIGNATURES.identifier]):
+        for f in s.files:
+            documents[str(f.file.partition[0])] += f.file.record_count
     return fingerprints, {c: documents[c] for c in fingerprints}
 
 
@@ -334,7 +329,14 @@ def commit(
     input fingerprint for the next run; then delete the scratch files."""
     inputs = {"config": config_hash(p.params.hashed()), "crawls": dict(p.fingerprints)}
     extra = {**provenance.extra, INPUTS_PROPERTY: json.dumps(inputs, sort_keys=True)}
-    replaced = sorted(set(p.recomputed()) | {c for c in stored_crawls(lakehouse, p) if p.first and c >= p.first})
+    replaced = sorted(
+        set(p.recomputed())
+        | {
+            c
+            for c in lakehouse.stored_crawls(DEDUP_NEAR_DUPLICATES, p.snapshot(DEDUP_NEAR_DUPLICATES))
+            if p.first and c >= p.first
+        }
+    )
     done = lakehouse.commit_partitions(
         DEDUP_NEAR_DUPLICATES,
         [{"crawl": c} for c in replaced],
@@ -343,14 +345,6 @@ def commit(
     )
     delete_all(lakehouse.file_io(p.scratch), result.scratch_files)
     return done
-
-
-def stored_crawls(lakehouse: Lakehouse, p: NearDuplicatePlan) -> set[str]:
-    """The crawls that have rows in dedup.near_duplicates at the pinned snapshot (from the manifests), so a crawl
-    no longer hashed loses its rows too."""
-    snapshot = p.snapshot(DEDUP_NEAR_DUPLICATES)
-    files = (f.file for s in lakehouse.slices(DEDUP_NEAR_DUPLICATES, snapshot) for f in s.files)
-    return {str(f.partition[0]) for f in files if len(f.partition)}
 
 
 # --- the stages' tasks ---------------------------------------------------------------------------------------

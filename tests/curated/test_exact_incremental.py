@@ -62,7 +62,7 @@ def per_crawl(lakehouse) -> dict[str, tuple[frozenset, str]]:
     snap = lakehouse.snapshot_id(CURATED_EXACT_DUPLICATES)
     io = lakehouse.file_io()
     out: dict[str, tuple[frozenset, str]] = {}
-    for crawl in curate.stored_crawls(lakehouse):
+    for crawl in lakehouse.stored_crawls(CURATED_EXACT_DUPLICATES, lakehouse.snapshot_id(CURATED_EXACT_DUPLICATES)):
         files = lakehouse.slices(CURATED_EXACT_DUPLICATES, snap, EqualTo("crawl", crawl), files_per_slice=None)[0].files
         with_bytes = []
         for f in files:
