@@ -31,6 +31,7 @@ from iceberg_catalog.commit import (
 )
 from iceberg_catalog.credentials import redact_uri
 from iceberg_catalog.schemas import TABLES, TableDef
+from iceberg_catalog.stream import BATCH_ROWS, plain_file_batches
 from iceberg_catalog.tables import check_location, open_catalog
 
 
@@ -148,12 +149,13 @@ class Lakehouse:
             schema = t.arrow_schema
             schema = pa.schema([schema.field(c) for c in columns]) if columns else schema
             return pa.RecordBatchReader.from_batches(schema, iter(()))
+        from pyiceberg.io.pyarrow import schema_to_pyarrow  # imports pandas: not for every reader
+
         kwargs = {"selected_fields": tuple(columns)} if columns else {}
-        return (
-            self.table(t)
-            .scan(row_filter=row_filter or AlwaysTrue(), snapshot_id=snapshot_id, **kwargs)
-            .to_arrow_batch_reader()
-        )
+        scan = self.table(t).scan(row_filter=row_filter or AlwaysTrue(), snapshot_id=snapshot_id, **kwargs)
+        slices = self.slices(t, snapshot_id, row_filter, columns, files_per_slice=None)
+        batches = (b for s in slices for b in self.read_slice(s))
+        return pa.RecordBatchReader.from_batches(schema_to_pyarrow(scan.projection()), batches)
 
     def slices(
         self,
@@ -197,16 +199,21 @@ class Lakehouse:
         files = (f.file for s in self.slices(t, snapshot_id, files_per_slice=None) for f in s.files)
         return {str(f.partition[t.partition_by.index("crawl")]) for f in files if len(f.partition)}
 
-    def read_slice(self, s: ScanSlice) -> Iterator[pa.RecordBatch]:
-        """Stream the rows of one slice (projected to its columns, filtered by its row filter)."""
+    def read_slice(self, s: ScanSlice, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """Stream the rows of one slice (projected to its columns, filtered by its row filter), file by file, at
+        most `batch_rows` rows of a plain file in memory at a time (`iceberg_catalog.stream`)."""
         from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow  # imports pandas: not for every reader
 
         kwargs = {"selected_fields": s.columns} if s.columns else {}
         scan = self.table(TABLES[s.table]).scan(row_filter=s.row_filter, snapshot_id=s.snapshot_id, **kwargs)
-        projected = scan.projection()
+        projected, schema = scan.projection(), scan.table_metadata.schema()
         target = schema_to_pyarrow(projected)
-        for batch in ArrowScan(scan.table_metadata, scan.io, projected, scan.row_filter).to_record_batches(s.files):
-            yield batch.cast(target) if batch.schema != target else batch
+        for task in s.files:
+            batches = plain_file_batches(scan.io, task, schema, projected, scan.row_filter, target, batch_rows)
+            if batches is None:  # delete files or an evolved schema: pyiceberg's general path
+                scan_ = ArrowScan(scan.table_metadata, scan.io, projected, scan.row_filter)
+                batches = (b.cast(target) if b.schema != target else b for b in scan_.to_record_batches([task]))
+            yield from batches
 
     # --- writing ----------------------------------------------------------------------------------------
 
