@@ -4,10 +4,10 @@ pyiceberg 0.12's `ArrowScan.to_record_batches` materialises every batch of a dat
 first (it reads files on a thread pool), and its fragment scanner reads ahead up to 16 batches: a task that
 streams a 256 MB file of signatures holds the whole file. A global step's task memory must not grow with the
 size of a data file, so a plain file (no delete files, every needed column present under its field id) is read
-here with `pyarrow.parquet.ParquetFile.iter_batches`: `batch_rows` rows at a time, no pre-buffering, the row
-filter applied per batch. Anything else (delete files, a column the file lacks or an evolved schema) returns
-None and the caller takes pyiceberg's own path, which handles it. The rows are the same either way (a test
-compares them on every table the tests write).
+here with a fragment scanner that reads no batch ahead: `batch_rows` rows at a time, no pre-buffering, row
+groups pruned by their statistics and the row filter applied per batch. Anything else (delete files, a column
+the file lacks or names otherwise) returns None and the caller takes pyiceberg's own path, which handles it. The
+rows are the same either way (tests/iceberg_catalog/test_stream.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.io import FileIO
@@ -25,6 +25,9 @@ from pyiceberg.table import FileScanTask
 FIELD_ID = b"PARQUET:field_id"
 BATCH_ROWS = 65_536
 READ_BUFFER = 1 << 20  # bytes a column reader buffers when it does not pre-buffer a whole row group
+FORMAT = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=READ_BUFFER)
+)
 
 
 def plain_file_batches(
@@ -44,15 +47,15 @@ def plain_file_batches(
     wanted = {f.field_id for f in projected.fields} | (extract_field_ids(bound) if bound is not None else set())
     f = io.new_input(task.file.file_path).open(seekable=True)
     try:
-        pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=READ_BUFFER)
-        by_id = file_columns(pf.schema_arrow)
-        if not wanted <= by_id.keys():
+        fragment = FORMAT.make_fragment(f)
+        by_id = file_columns(fragment.physical_schema)
+        if any(by_id.get(i) != table_schema.find_field(i).name for i in wanted):
             f.close()
             return None
     except BaseException:
         f.close()
         raise
-    return _batches(f, pf, by_id, wanted, table_schema, projected, bound, target, batch_rows)
+    return _batches(f, fragment, table_schema, projected, bound, target, batch_rows)
 
 
 def file_columns(schema: pa.Schema) -> dict[int, str]:
@@ -60,17 +63,21 @@ def file_columns(schema: pa.Schema) -> dict[int, str]:
     return {int(f.metadata[FIELD_ID]): f.name for f in schema if f.metadata and FIELD_ID in f.metadata}
 
 
-def _batches(f, pf, by_id, wanted, table_schema, projected, bound, target, batch_rows) -> Iterator[pa.RecordBatch]:
+def _batches(f, fragment, table_schema, projected, bound, target, batch_rows) -> Iterator[pa.RecordBatch]:
     from pyiceberg.io.pyarrow import expression_to_pyarrow  # imports pandas: not for every reader
 
-    ids = sorted(wanted)
-    names = [table_schema.find_field(i).name for i in ids]
-    predicate = None if bound is None else expression_to_pyarrow(bound, table_schema)
-    keep = [f.name for f in projected.fields]
+    scanner = ds.Scanner.from_fragment(
+        fragment,
+        schema=fragment.physical_schema,
+        columns=[f.name for f in projected.fields],
+        # row groups whose statistics rule the filter out are skipped, as in pyiceberg's scan
+        filter=None if bound is None else expression_to_pyarrow(bound, table_schema),
+        batch_size=batch_rows,
+        batch_readahead=0,
+        fragment_readahead=0,
+        use_threads=False,
+    )
     with f:
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=[by_id[i] for i in ids], use_threads=False):
-            table = pa.Table.from_batches([batch.rename_columns(names)])
-            if predicate is not None:
-                table = table.filter(predicate)
-            if table.num_rows:
-                yield from table.select(keep).cast(target).to_batches()
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                yield batch.cast(target)
