@@ -241,7 +241,7 @@ def near_step(args, lakehouse) -> dict:
     """Near dedup on the size's tables as `args.impl` says: "staged" (the asset's stages, tasks on fresh
     processes), "scratch" (the same, every crawl recomputed) or "baseline" (uncut, in this process); its record
     with the counts, the first recomputed crawl and the table's digest."""
-    from assets.dedup.near import NearDuplicateParams
+    from assets.dedup.near_plan import NearDuplicateParams
     from iceberg_catalog.digest import table_digest
 
     clock, params = StepClock(), NearDuplicateParams(verify=args.verify)

@@ -10,6 +10,7 @@ import dagster as dg
 
 from assets import shell
 from assets.dedup import near, signatures
+from assets.dedup.near_plan import NearDuplicateParams
 from assets.partitions import crawl_segments
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
 from iceberg_catalog import schemas as T
@@ -21,7 +22,7 @@ MINHASH_SIGNATURES = table_key(T.DEDUP_MINHASH_SIGNATURES)
 NEAR_DUPLICATES = table_key(T.DEDUP_NEAR_DUPLICATES)
 MINHASH_VERSION = "minhash-2"
 MinHashConfig = config_from(signatures.SignatureParams, "MinHashConfig")
-NearDuplicateConfig = config_from(near.NearDuplicateParams, "NearDuplicateConfig")
+NearDuplicateConfig = config_from(NearDuplicateParams, "NearDuplicateConfig")
 
 
 @dg.multi_asset(
@@ -103,7 +104,7 @@ def near_duplicates(
     executor, each holding one shard. The earliest crawl, then the smallest doc_id, is a cluster's canonical
     document; crawls are added in order and a run rewrites only the crawls from the first whose inputs changed.
     Candidate pairs are verified by `verify` (exact Jaccard by default)."""
-    params, lakehouse = params_from(near.NearDuplicateParams, config), catalog.lakehouse()
+    params, lakehouse = params_from(NearDuplicateParams, config), catalog.lakehouse()
     t0 = time.perf_counter()
     plan = near.plan(lakehouse, params, context.run.run_id)
     context.log.info("recomputing crawls %s (%d partitions)", plan.recomputed(), plan.parts)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from assets.dedup import near, signatures
+from assets.dedup import near, near_pairs, signatures
 from assets.dedup.minhash import band_hashes, exact_jaccard, shingles
-from assets.dedup.near import NearDuplicateParams
+from assets.dedup.near_plan import NearDuplicateParams
 from assets.dedup.signatures import SignatureParams
 from iceberg_catalog import Provenance, config_hash
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, DEDUP_MINHASH_BANDS, DEDUP_NEAR_DUPLICATES
@@ -170,9 +170,9 @@ def test_nothing_hashed_yet_gives_an_empty_table(lakehouse):
 
 def test_band_hash_ranges_cut_the_signed_space_in_order():
     h = np.array([-(1 << 63), -(1 << 63) + (1 << 62) - 1, -1, 0, (1 << 62), (1 << 63) - 1], np.int64)
-    assert near.range_of(h, 4).tolist() == [0, 0, 1, 2, 3, 3]
-    assert near.range_of(h, 1).tolist() == [0] * 6
-    assert near.range_of(h, 3).tolist() == sorted(near.range_of(h, 3).tolist())
+    assert near_pairs.range_of(h, 4).tolist() == [0, 0, 1, 2, 3, 3]
+    assert near_pairs.range_of(h, 1).tolist() == [0] * 6
+    assert near_pairs.range_of(h, 3).tolist() == sorted(near_pairs.range_of(h, 3).tolist())
 
 
 def test_params():

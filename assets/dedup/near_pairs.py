@@ -1,0 +1,218 @@
+"""Near dedup, stages 1-3 (see `assets.dedup.near`): band rows scattered to (band, band-hash range) shards,
+candidate pairs per shard, unique pairs per partition, and their verification (fetch the texts or signatures
+the pairs need, compare in bounded batches). Every function here runs in a task, on the shard it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import (
+    And,
+    EqualTo,
+    In,
+)
+
+from assets.dedup.minhash import exact_jaccard, shingles
+from assets.dedup.near_components import write_graph
+from assets.dedup.near_plan import (
+    BAND_ROWS,
+    MAX_ALL_PAIRS_BUCKET,
+    MAX_SHINGLE_SETS,
+    PAIRS,
+    REQUESTS,
+    VERIFY_BATCH,
+    NearDuplicateParams,
+    Task,
+    fs,
+    read_scratch,
+    read_table,
+    small,
+    task_result,
+    task_start,
+    unique,
+)
+from assets.dedup.shuffle import PartWriter, keys, partition_of, split_keys, write_parts
+from iceberg_catalog import TaskResult
+from iceberg_catalog.schemas import (
+    CURATED_DOCUMENTS,
+    DEDUP_MINHASH_SIGNATURES,
+)
+
+SCATTER_COLUMNS = ("doc_id", "crawl", "segment", "band", "band_hash")
+
+
+def scatter_task(t: Task) -> TaskResult:
+    """The band rows of some data files, streamed batch by batch, each to the partition of its (band, band-hash
+    range): one read of dedup.minhash_bands in all, where a range filter could not skip anything (every row
+    group spans the whole hash range)."""
+    p, start = t.plan, task_start()
+    writer = PartWriter(fs(p), p.scratch_path("bands", t.index), BAND_ROWS)
+    for batch in p.lakehouse.read_slice(t.source):
+        h = batch.column("band_hash").to_numpy()
+        rows = pa.table(
+            {"key": keys(batch.column("crawl"), batch.column("doc_id")), "segment": batch.column("segment"), "h": h}
+        )
+        writer.write(rows, batch.column("band").to_numpy().astype(np.int64) * p.ranges + range_of(h, p.ranges))
+    nbytes = sum(f.file.file_size_in_bytes for f in t.source.files)
+    return task_result(t, start, nbytes, bands=writer.close())
+
+
+def range_of(h: np.ndarray, ranges: int) -> np.ndarray:
+    """Which of `ranges` equal ranges of the signed 64-bit space each hash falls in (0 for the smallest)."""
+    if ranges == 1:
+        return np.zeros(len(h), np.int64)
+    shifted = h.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)  # order-preserving map to [0, 2^64)
+    return np.minimum(shifted // np.uint64((1 << 64) // ranges), np.uint64(ranges - 1)).astype(np.int64)
+
+
+def candidates_task(t: Task) -> TaskResult:
+    """Pairs of documents sharing a hash of band `t.band` within its hash range (of every crawl; only pairs whose
+    later document is in a recomputed crawl are kept), partitioned by their first document."""
+    p, start = t.plan, task_start()
+    rows, nbytes = read_scratch(p, t.inputs[0], t.index, BAND_ROWS)
+    table = rows.sort_by([("h", "ascending"), ("key", "ascending")])
+    i, j = bucket_pairs(table["h"].to_numpy())
+    pairs = pa.table(
+        {
+            "a": table["key"].take(i),
+            "b": table["key"].take(j),
+            "a_seg": table["segment"].take(i),
+            "b_seg": table["segment"].take(j),
+        }
+    )
+    pairs = pairs.filter(pc.greater_equal(split_keys(pairs["b"])[0], p.first))
+    path = write_parts(fs(p), p.scratch_path("candidates", t.index), pairs, partition_of(pairs["a"], p.parts))
+    return task_result(t, start, nbytes, pairs=path, candidate_rows=pairs.num_rows)
+
+
+def bucket_pairs(h: np.ndarray, max_all_pairs: int = MAX_ALL_PAIRS_BUCKET) -> tuple[np.ndarray, np.ndarray]:
+    """Row pairs (i, j), i < j, of rows sorted by (hash, key) that share a hash: all pairs of a bucket of at
+    most `max_all_pairs` rows, else its first row with each other row (a star)."""
+    n = len(h)
+    if n < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    sizes = np.diff(np.r_[starts, n])
+    out_i, out_j = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for size in np.unique(sizes[sizes > 1]).tolist():
+        first = starts[sizes == size][:, None]
+        if size <= max_all_pairs:
+            i, j = np.triu_indices(size, k=1)
+            out_i.append((first + i).ravel())
+            out_j.append((first + j).ravel())
+        else:
+            out_i.append(np.repeat(first, size - 1, axis=1).ravel())
+            out_j.append((first + np.arange(1, size)).ravel())
+    return np.concatenate(out_i).astype(np.int64), np.concatenate(out_j).astype(np.int64)
+
+
+def pairs_task(t: Task) -> TaskResult:
+    """The unique candidate pairs of partition `t.index`. With verify="none" they are the edges; otherwise
+    they wait for verification and each pair's documents are requested from their segment's partition."""
+    p, start = t.plan, task_start()
+    cand, nbytes = read_scratch(p, t.inputs[0], t.index, PAIRS)
+    pairs = unique(cand, ["a", "b", "a_seg", "b_seg"]).sort_by([("a", "ascending"), ("b", "ascending")])
+    if p.params.verify == "none":
+        return task_result(t, start, nbytes, candidate_pairs=pairs.num_rows, **write_graph(p, t.index, pairs))
+    ends = pa.table(
+        {
+            "key": pa.concat_arrays([pairs["a"].combine_chunks(), pairs["b"].combine_chunks()]),
+            "segment": pa.concat_arrays([pairs["a_seg"].combine_chunks(), pairs["b_seg"].combine_chunks()]),
+        }
+    )
+    ends = unique(ends, ["key", "segment"]).sort_by("key")
+    requests = ends.append_column("part", pa.array(np.full(ends.num_rows, t.index, np.int64)))
+    io = fs(p)
+    return task_result(
+        t,
+        start,
+        nbytes,
+        candidate_pairs=pairs.num_rows,
+        pairs=write_parts(io, p.scratch_path("pairs", t.index), pairs, np.zeros(pairs.num_rows, np.int64)),
+        requests=write_parts(
+            io, p.scratch_path("requests", t.index), requests, partition_of(requests["segment"], p.parts)
+        ),
+    )
+
+
+def fetch_task(t: Task) -> TaskResult:
+    """The texts (verify="exact") or signatures ("estimated") of the documents requested from the segments of
+    partition `t.index`, one segment's data files at a time, sent to the pair partitions that asked."""
+    p, start = t.plan, task_start()
+    requests, nbytes = read_scratch(p, t.inputs[0], t.index, REQUESTS)
+    crawls, doc_ids = split_keys(requests["key"])
+    requests = requests.append_column("crawl", crawls).append_column("doc_id", doc_ids)
+    source, column = feature_source(p.params)
+    found = []
+    for group in (
+        unique(requests, ["crawl", "segment"]).sort_by([("crawl", "ascending"), ("segment", "ascending")]).to_pylist()
+    ):
+        wanted = requests.filter(
+            pc.and_(pc.equal(requests["crawl"], group["crawl"]), pc.equal(requests["segment"], group["segment"]))
+        )
+        ids = pc.unique(wanted["doc_id"]).to_pylist()
+        where = And(EqualTo("crawl", group["crawl"]), And(EqualTo("segment", group["segment"]), In("doc_id", ids)))
+        rows, read = read_table(p.lakehouse, source, p.snapshot(source), ("doc_id", column), where)
+        nbytes += read
+        joined = wanted.select(["doc_id", "key", "part"]).join(rows.rename_columns(["doc_id", "value"]), "doc_id")
+        found.append(joined.select(["key", "value", "part"]))
+    schema = feature_schema(p.params)
+    features = pa.concat_tables(found).cast(schema) if found else schema.empty_table()
+    path = write_parts(fs(p), p.scratch_path("features", t.index), features, features["part"].to_numpy())
+    return task_result(t, start, nbytes, features=path)
+
+
+def feature_source(params: NearDuplicateParams):
+    """The table and column a pair's similarity is computed from."""
+    return (CURATED_DOCUMENTS, "text") if params.verify == "exact" else (DEDUP_MINHASH_SIGNATURES, "signature")
+
+
+def feature_schema(params: NearDuplicateParams) -> pa.Schema:
+    """Rows of the fetch stage: a document's key, its text or signature, the pair partition that asked."""
+    source, column = feature_source(params)
+    return pa.schema(
+        [("key", pa.string()), ("value", small(source.arrow_schema.field(column)).type), ("part", pa.int64())]
+    )
+
+
+def verify_task(t: Task) -> TaskResult:
+    """The pairs of partition `t.index` whose similarity reaches the threshold, compared in batches."""
+    p, start = t.plan, task_start()
+    pairs, nbytes = read_scratch(p, t.inputs[0][t.index : t.index + 1], 0, PAIRS)
+    features, read = read_scratch(p, t.inputs[1], t.index, feature_schema(p.params))
+    similar = similarity_of(p.params, dict(zip(features["key"].to_pylist(), features["value"].to_pylist())))
+    keep = np.zeros(pairs.num_rows, bool)
+    for lo in range(0, pairs.num_rows, VERIFY_BATCH):
+        batch = pairs.slice(lo, VERIFY_BATCH)
+        keep[lo : lo + batch.num_rows] = similar(batch["a"].to_pylist(), batch["b"].to_pylist()) >= p.params.threshold
+    edges = pairs.filter(pa.array(keep))
+    return task_result(t, start, nbytes + read, verified_pairs=edges.num_rows, **write_graph(p, t.index, edges))
+
+
+def similarity_of(params: NearDuplicateParams, values: dict) -> Callable[[list, list], np.ndarray]:
+    """Pairwise similarity of documents by key: exact Jaccard of shingle sets (each document's set made once)
+    or the fraction of equal signature rows (vectorised; an empty signature is similar to nothing)."""
+    if params.verify == "exact":
+        sets: dict[str, frozenset] = {}
+
+        def shingle_set(k: str) -> frozenset:
+            if k not in sets:
+                if len(sets) >= MAX_SHINGLE_SETS:  # pairs come sorted by their first document: few are needed again
+                    sets.clear()
+                sets[k] = frozenset(shingles(values[k] or "", params.n_grams))
+            return sets[k]
+
+        return lambda a, b: np.array([exact_jaccard(shingle_set(x), shingle_set(y)) for x, y in zip(a, b)])
+    index = {k: i for i, k in enumerate(values)}
+    sigs = np.stack([np.frombuffer(v, "<u4") for v in values.values()]) if values else np.empty((0, 0), "<u4")
+    empty = np.all(sigs == np.uint32(0xFFFFFFFF), axis=1) if len(sigs) else np.empty(0, bool)
+
+    def estimated(a: list, b: list) -> np.ndarray:
+        ia, ib = np.array([index[x] for x in a], np.int64), np.array([index[y] for y in b], np.int64)
+        sim = np.count_nonzero(sigs[ia] == sigs[ib], axis=1) / sigs.shape[1] if len(ia) else np.empty(0)
+        return np.where(empty[ia] | empty[ib], 0.0, sim)
+
+    return estimated
