@@ -34,11 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow.compute as pc
 
+from assets.dedup import bloom
 from assets.dedup.near_components import labels_task, propagate_task, regroup_task, rows_task
 from assets.dedup.near_pairs import (
     SCATTER_COLUMNS,
     candidates_task,
     fetch_task,
+    merge_filters,
     pairs_task,
     scatter_task,
     verify_task,
@@ -169,9 +171,7 @@ def execute(p: NearDuplicatePlan, executor) -> NearDuplicateResult:
         return results
 
     parts = range(p.parts)
-    files = p.lakehouse.slices(DEDUP_MINHASH_BANDS, p.snapshot(DEDUP_MINHASH_BANDS), None, SCATTER_COLUMNS)
-    scattered = stage("scatter", scatter_task, [Task(i, p, source=s) for i, s in enumerate(files)])
-    band_files = (outputs(scattered, "bands"),)
+    band_files = (scatter(p, stage, scratch),)
     cand = stage(
         "candidates",
         candidates_task,
@@ -197,6 +197,24 @@ def execute(p: NearDuplicatePlan, executor) -> NearDuplicateResult:
     rows = stage("rows", rows_task, [Task(i, p, (outputs(grouped, "clusters"),)) for i in parts])
     stats = totals(p, pairs, edges, rows, rounds)
     return NearDuplicateResult(tuple(rows), stats, tuple(merge_rounds(stages)), tuple(scratch))
+
+
+def scatter(p: NearDuplicatePlan, stage: Callable, scratch: list[str]) -> tuple[str, ...]:
+    """Stage 1's first half: the band rows to their (band, range) partitions; the scratch files it wrote. When
+    earlier crawls are frozen (an incremental run), the added crawls' files go first and build the filter of
+    their band hashes, and the earlier crawls' files send on only the rows it may hold."""
+    files = p.lakehouse.slices(DEDUP_MINHASH_BANDS, p.snapshot(DEDUP_MINHASH_BANDS), None, SCATTER_COLUMNS)
+    crawl = DEDUP_MINHASH_BANDS.partition_by.index("crawl")
+    earlier = [s for s in files if str(s.files[0].file.partition[crawl]) < p.first]
+    added = [s for s in files if str(s.files[0].file.partition[crawl]) >= p.first]
+    if not earlier:
+        return outputs(stage("scatter", scatter_task, [Task(i, p, source=s) for i, s in enumerate(files)]), "bands")
+    words = bloom.size_for(sum(f.file.record_count for s in added for f in s.files))
+    new = stage("scatter", scatter_task, [Task(i, p, source=s, filter_words=words) for i, s in enumerate(added)])
+    union = merge_filters(p, words, outputs(new, "filter"))
+    scratch.append(union)
+    tasks = [Task(len(added) + i, p, ((union,),), source=s) for i, s in enumerate(earlier)]
+    return outputs(new, "bands") + outputs(stage("scatter-earlier", scatter_task, tasks), "bands")
 
 
 def outputs(results: Sequence[TaskResult], name: str) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ the pairs need, compare in bounded batches). Every function here runs in a task,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +15,7 @@ from pyiceberg.expressions import (
     In,
 )
 
+from assets.dedup import bloom
 from assets.dedup.minhash import exact_jaccard, shingles
 from assets.dedup.near_components import write_graph
 from assets.dedup.near_plan import (
@@ -25,6 +26,7 @@ from assets.dedup.near_plan import (
     REQUESTS,
     VERIFY_BATCH,
     NearDuplicateParams,
+    NearDuplicatePlan,
     Task,
     fs,
     read_scratch,
@@ -47,17 +49,51 @@ SCATTER_COLUMNS = ("doc_id", "crawl", "segment", "band", "band_hash")
 def scatter_task(t: Task) -> TaskResult:
     """The band rows of some data files, streamed batch by batch, each to the partition of its (band, band-hash
     range): one read of dedup.minhash_bands in all, where a range filter could not skip anything (every row
-    group spans the whole hash range)."""
+    group spans the whole hash range). In an incremental run a task of an added crawl also builds the filter of
+    its (band, hash) keys, and a task of an earlier crawl sends on only the rows that filter may hold
+    (`assets.dedup.bloom`: the same pairs, without the earlier crawls' other rows)."""
     p, start = t.plan, task_start()
     writer = PartWriter(fs(p), p.scratch_path("bands", t.index), BAND_ROWS)
+    keep = read_filter(p, t.inputs[0][0]) if t.inputs else None
+    built = bloom.empty(t.filter_words) if t.filter_words else None
+    read = 0
     for batch in p.lakehouse.read_slice(t.source):
-        h = batch.column("band_hash").to_numpy()
+        read += batch.num_rows
+        if keep is not None:
+            may = bloom.may_contain(keep, batch.column("band").to_numpy(), batch.column("band_hash").to_numpy())
+            batch = batch.filter(pa.array(may))
+        band, h = batch.column("band").to_numpy().astype(np.int64), batch.column("band_hash").to_numpy()
+        if built is not None:
+            bloom.add(built, band, h)
         rows = pa.table(
             {"key": keys(batch.column("crawl"), batch.column("doc_id")), "segment": batch.column("segment"), "h": h}
         )
-        writer.write(rows, batch.column("band").to_numpy().astype(np.int64) * p.ranges + range_of(h, p.ranges))
+        writer.write(rows, band * p.ranges + range_of(h, p.ranges))
     nbytes = sum(f.file.file_size_in_bytes for f in t.source.files)
-    return task_result(t, start, nbytes, bands=writer.close())
+    stats = {"bands": writer.close(), "rows_read": read, "rows_sent": writer.rows}
+    if built is not None:
+        stats["filter"] = write_filter(p, p.scratch_path("filter", t.index), built)
+    return task_result(t, start, nbytes, **stats)
+
+
+def merge_filters(p: NearDuplicatePlan, words: int, paths: Sequence[str]) -> str:
+    """The union of the added crawls' filters, as one scratch file (the step process holds one filter: its size
+    grows with the added crawls' band rows, not with the corpus)."""
+    union = bloom.union([read_filter(p, path) for path in paths], words)
+    return write_filter(p, p.scratch_path("filter-all", 0), union)
+
+
+def write_filter(p: NearDuplicatePlan, path: str, words: np.ndarray) -> str:
+    """A filter as a scratch file of little-endian 64-bit words."""
+    with fs(p).new_output(path).create(overwrite=True) as out:
+        out.write(words.astype("<u8").tobytes())
+    return path
+
+
+def read_filter(p: NearDuplicatePlan, path: str) -> np.ndarray:
+    """The filter a scratch file holds."""
+    with fs(p).new_input(path).open() as f:
+        return np.frombuffer(f.read(), "<u8").astype(np.uint64)
 
 
 def range_of(h: np.ndarray, ranges: int) -> np.ndarray:

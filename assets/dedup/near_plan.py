@@ -122,6 +122,7 @@ class Task:
     band: int = 0
     step: int = 0  # the propagation round
     source: ScanSlice | None = None  # the data files a scatter task reads
+    filter_words: int = 0  # a scatter task of an added crawl: the size of the band-hash filter it builds
 
 
 @dataclass(frozen=True)

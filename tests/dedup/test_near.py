@@ -139,7 +139,11 @@ def test_a_new_crawl_rewrites_only_its_own_rows(lakehouse):
     hash_segments(lakehouse, crawls=("CRAWL-B",))
     plan = near.plan(lakehouse, NearDuplicateParams(), "new crawl")
     assert plan.first == "CRAWL-B" and plan.recomputed() == ["CRAWL-B"]
-    stats, rows = near_duplicates(lakehouse)
+    result = near.execute(plan, InProcessExecutor())
+    earlier = next(s for s in result.stages if s.name == "scatter-earlier")  # CRAWL-A's rows through the filter
+    assert earlier.tasks == len(data_files_of(lakehouse, DEDUP_MINHASH_BANDS, "CRAWL-A"))
+    near.commit(lakehouse, plan, result, PROV)
+    stats, rows = result.stats, rows_of(lakehouse)
     assert rows == reference_rows(lakehouse) and stats["recomputed_crawls"] == ["CRAWL-B"]
     assert data_files(lakehouse, "CRAWL-A") == files_a  # earlier crawls' rows are not even rewritten
     unchanged = near.plan(lakehouse, NearDuplicateParams(), "same")
@@ -152,7 +156,11 @@ def test_a_new_crawl_rewrites_only_its_own_rows(lakehouse):
 
 
 def data_files(lakehouse, crawl: str) -> set[str]:
-    scan = lakehouse.table(DEDUP_NEAR_DUPLICATES).scan(row_filter=EqualTo("crawl", crawl))
+    return data_files_of(lakehouse, DEDUP_NEAR_DUPLICATES, crawl)
+
+
+def data_files_of(lakehouse, table, crawl: str) -> set[str]:
+    scan = lakehouse.table(table).scan(row_filter=EqualTo("crawl", crawl))
     return {f.file.file_path for f in scan.plan_files()}
 
 
