@@ -71,7 +71,9 @@ def plan(lakehouse: Lakehouse, params: NearDuplicateParams, run: str) -> NearDup
     snapshots = lakehouse.snapshot_ids((*INPUTS, DEDUP_NEAR_DUPLICATES))
     fingerprints, documents = crawl_inputs(lakehouse, snapshots)
     first = first_changed(lakehouse, snapshots, params, fingerprints)
-    n_docs = sum(documents.values())
+    # the work is cut by the recomputed crawls' documents: an earlier crawl's rows reach the later stages only
+    # where they pair with a recomputed document
+    n_docs = sum(n for crawl, n in documents.items() if first is None or crawl >= first)
     per_task = math.ceil(n_docs / params.docs_per_task) or 1
     return NearDuplicatePlan(
         lakehouse,

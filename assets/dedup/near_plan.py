@@ -63,10 +63,12 @@ class NearDuplicateParams:
     )
     docs_per_task: int = knob(
         1_000_000,
-        "documents per candidate task (band-hash ranges per band = documents / this) and per partition of the "
-        "later stages: bounds every task's memory (the rows do not depend on it)",
+        "recomputed documents per candidate task (band-hash ranges per band = documents of the recomputed crawls "
+        "/ this) and per partition of the later stages: bounds every task's memory (the rows do not depend on it)",
     )
-    partitions: int = knob(0, "hash partitions of pairs, labels and rows; 0 = documents / docs_per_task, at least 1")
+    partitions: int = knob(
+        0, "hash partitions of pairs, labels and rows; 0 = recomputed documents / docs_per_task, at least 1"
+    )
 
     def __post_init__(self) -> None:
         if self.verify not in VERIFY_MODES:
