@@ -1,15 +1,18 @@
-"""Write the domain classifier's committed data (data/domain/): the held-out evaluation set (labels read by a
-person, data/domain/eval_labels.tsv) and the weakly labelled training set (URL/host rules below), from
+"""Write the domain classifier's committed data (data/domain/): the held-out evaluation set (real web pages with
+their real URLs, labels read by a person: data/domain/eval_labels.tsv, guide data/domain/LABELLING.md) and the
+training set (hand labels in data/domain/train_labels.tsv, weak URL-rule labels below, reference corpora), from
 
 - the page pool of `bench/domain_pool.py` (sample crawl + ../shared extraction_gold pages, extracted text),
-- the Wikipedia excerpt in data/corpus/ (encyclopedic),
-- the Python 3.11 documentation sources in ../shared/data/corpus/ (code).
+- the Wikipedia excerpt in data/corpus/ (encyclopedic, no URL),
+- the Python 3.11 documentation sources in ../shared/data/corpus/ (code, no URL).
 
     .venv/bin/python bench/domain_pool.py --out /tmp/domain_pool.jsonl
     .venv/bin/python bench/domain_data.py --pool /tmp/domain_pool.jsonl
 
-Every text is cut to `assets.curated.domain.MAX_CHARS` (what the classifier reads). Reads ../shared/data (says
-so and stops when it is missing); the committed files never need it again. Deterministic: same inputs, same bytes.
+A document without a real (http/https) URL gets `url: null` and its origin in `doc`: the corpora and the
+trafilatura pages keyed `hard::`/`recall::` have none, and no URL is made up for them. Every text is cut to
+`assets.curated.domain.MAX_CHARS` (what the classifier reads). Reads ../shared/data (says so and stops when it is
+missing); the committed files never need it again. Deterministic: same inputs, same bytes.
 """
 
 from __future__ import annotations
@@ -34,13 +37,7 @@ from bench.common import PYDOCS_TAR
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "domain"
-EVAL_WIKI_EVERY = 5  # every 5th article of data/corpus (by position) is held out for evaluation
-EVAL_PYDOCS = 15  # Python documentation pages held out for evaluation (the first by sha256 of their path)
-TRAIN_PYDOCS = 160
-# archive.org pages of the sample crawl (the only forum site with many pages): those whose sha256(text_key(text))
-# starts with 0-7 are training documents (hand labels from eval_labels.tsv), the others stay held out (pages with
-# the same text land on the same side)
-ARCHIVE_HOST = "www.archive.org"
+PYDOCS = 175  # Python documentation pages in training (the first by sha256 of their path)
 WIKI_CHUNKS = 2  # training passages per Wikipedia article
 
 # Weak labels for training: URL/host patterns whose class is unambiguous; first match wins; no match, no label.
@@ -120,31 +117,33 @@ def python_docs() -> list[tuple[str, str]]:
     return sorted(out, key=lambda p: hashlib.sha256(p[0].encode()).hexdigest())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pool", required=True, help="JSON lines from bench/domain_pool.py")
-    args = ap.parse_args()
-    if not PYDOCS_TAR.exists():
-        print(f"{PYDOCS_TAR} is missing: this script needs ../shared/data/corpus", file=sys.stderr)
-        return 2
-    pool = [json.loads(line) for line in open(args.pool, encoding="utf-8")]
-    with open(OUT / "eval_labels.tsv", encoding="utf-8") as fh:
-        labelled = {(r["source"], r["url"]): r["label"] for r in csv.DictReader(fh, delimiter="\t")}
-    with open(OUT / "train_labels.tsv", encoding="utf-8") as fh:
-        hand = {(r["source"], r["url"]): r["label"] for r in csv.DictReader(fh, delimiter="\t")}
+def real_url(url: str) -> bool:
+    return urlsplit(url).scheme in ("http", "https")
+
+
+def read_labels(name: str) -> dict[tuple[str, str], str]:
+    with open(OUT / name, encoding="utf-8") as fh:
+        return {(r["source"], r["url"]): r["label"] for r in csv.DictReader(fh, delimiter="\t")}
+
+
+def page_row(r: dict, label: str, label_source: str | None = None) -> dict:
+    """A pool page as a data row: its real URL, or `url: null` and the pool's key in `doc`."""
+    url, text = r["url"], r["text"][:MAX_CHARS]
+    row = {"source": r["source"], "url": url} if real_url(url) else {"source": r["source"], "url": None, "doc": url}
+    return {**row, "label": label, **({"label_source": label_source} if label_source else {}), "text": text}
+
+
+def pool_rows(pool: list[dict], labelled: dict, hand: dict) -> tuple[list[dict], list[dict]]:
+    """(evaluation, training) from the pool: labelled pages with a real URL are held out; hand-labelled and
+    URL-rule pages are training unless their URL or near-identical text is held out."""
     evaluation, train, seen = [], [], set()
     for r in pool:
         key = (r["source"], r["url"])
-        text = r["text"][:MAX_CHARS]
-        if key not in labelled or key in seen:
-            continue
-        seen.add(key)
-        if host(r["url"]) == ARCHIVE_HOST and hashlib.sha256(text_key(text).encode()).hexdigest()[0] in "01234567":
-            train.append(
-                {"source": r["source"], "url": r["url"], "label": labelled[key], "label_source": "hand", "text": text}
-            )
-        else:
-            evaluation.append({"source": r["source"], "url": r["url"], "label": labelled[key], "text": text})
+        if key in labelled and key not in seen:
+            if not real_url(r["url"]):
+                raise ValueError(f"evaluation page {key} has no real URL")
+            seen.add(key)
+            evaluation.append(page_row(r, labelled[key]))
     eval_urls = {e["url"] for e in evaluation}
     eval_keys = {text_key(e["text"]) for e in evaluation}
     for r in pool:
@@ -154,46 +153,42 @@ def main() -> int:
             continue
         seen.add(key)
         if key in hand:
-            train.append(
-                {"source": r["source"], "url": r["url"], "label": hand[key], "label_source": "hand", "text": text}
-            )
-        elif not r["source"].startswith("sample_crawl") and (label := weak_label(r["url"])):
-            train.append(
-                {"source": r["source"], "url": r["url"], "label": label, "label_source": "url_rule", "text": text}
-            )
-    for i, (title, text) in enumerate(wiki_articles()):
-        url = f"data/corpus/enwiki#{title}"
-        if i % EVAL_WIKI_EVERY == 0:
-            evaluation.append({"source": "data/corpus", "url": url, "label": "encyclopedic", "text": text[:MAX_CHARS]})
-        else:
-            for c in range(WIKI_CHUNKS):
-                chunk = text[c * MAX_CHARS : (c + 1) * MAX_CHARS]
-                if len(chunk) >= 500:
-                    train.append(
-                        {
-                            "source": "data/corpus",
-                            "url": f"{url}@{c}",
-                            "label": "encyclopedic",
-                            "label_source": "corpus",
-                            "text": chunk,
-                        }
-                    )
-    docs = python_docs()
-    for path, text in docs[:EVAL_PYDOCS]:
-        evaluation.append(
-            {"source": "python3.11-doc", "url": f"python-doc:{path}", "label": "code", "text": text[:MAX_CHARS]}
+            train.append(page_row(r, hand[key], "hand"))
+        elif not r["source"].startswith("sample_crawl") and real_url(r["url"]) and (label := weak_label(r["url"])):
+            train.append(page_row(r, label, "url_rule"))
+    return evaluation, train
+
+
+def corpus_rows() -> list[dict]:
+    """Training passages of the reference corpora: no URL; `doc` names the article or file (the fold key)."""
+    rows = []
+    for title, text in wiki_articles():
+        for c in range(WIKI_CHUNKS):
+            chunk = text[c * MAX_CHARS : (c + 1) * MAX_CHARS]
+            if len(chunk) >= 500:
+                rows.append(
+                    {"source": "data/corpus", "url": None, "doc": f"enwiki:{title}", "part": c, "label": "encyclopedic"}
+                    | {"label_source": "corpus", "text": chunk}
+                )
+    for path, text in python_docs()[:PYDOCS]:
+        rows.append(
+            {"source": "python3.11-doc", "url": None, "doc": path, "label": "code", "label_source": "corpus"}
+            | {"text": text[:MAX_CHARS]}
         )
-    for path, text in docs[EVAL_PYDOCS : EVAL_PYDOCS + TRAIN_PYDOCS]:
-        train.append(
-            {
-                "source": "python3.11-doc",
-                "url": f"python-doc:{path}",
-                "label": "code",
-                "label_source": "corpus",
-                "text": text[:MAX_CHARS],
-            }
-        )
-    train_hosts = {host(t["url"]) for t in train} - {""}
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pool", required=True, help="JSON lines from bench/domain_pool.py")
+    args = ap.parse_args()
+    if not PYDOCS_TAR.exists():
+        print(f"{PYDOCS_TAR} is missing: this script needs ../shared/data/corpus", file=sys.stderr)
+        return 2
+    pool = [json.loads(line) for line in open(args.pool, encoding="utf-8")]
+    evaluation, train = pool_rows(pool, read_labels("eval_labels.tsv"), read_labels("train_labels.tsv"))
+    train += corpus_rows()
+    train_hosts = {host(t["url"]) for t in train if t["url"]}
     with open(OUT / "eval.jsonl", "w", encoding="utf-8") as fh:
         for e in evaluation:
             row = {**e, "text_sha256": text_sha256(e["text"]), "host_in_training": host(e["url"]) in train_hosts}

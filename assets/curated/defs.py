@@ -137,9 +137,10 @@ def langid_precision_check(catalog: IcebergCatalogResource) -> dg.AssetCheckResu
 # ---- the domain/topic classifier and its validation ----------------------------------------------------------
 
 
-@dg.asset(key=DOMAIN_MODEL, group_name="curated", code_version="domain-model-1", kinds={"numpy"})
+@dg.asset(key=DOMAIN_MODEL, group_name="curated", code_version="domain-model-2", kinds={"numpy"})
 def domain_model(context: dg.AssetExecutionContext, config: DomainModelConfig) -> dg.MaterializeResult:
-    """Logistic regression over wordllama embeddings (text and URL words) that labels every curated document
+    """Logistic regression over wordllama embeddings (of the text; of a real URL's words too with use_url) that
+    labels every curated document
     code / commerce / encyclopedic / forum/qa / news / other, or unknown under its confidence threshold; trained
     on data/domain/train.jsonl.gz (data/domain/README.md). Its sha256 is in curated.documents' provenance."""
     params = params_from(domain.DomainModelParams, config)
@@ -173,35 +174,40 @@ def domain_model(context: dg.AssetExecutionContext, config: DomainModelConfig) -
     key=DOMAIN_VALIDATION,
     deps=[DOMAIN_MODEL],
     group_name="curated",
-    code_version="domain-validation-1",
+    code_version="domain-validation-2",
     kinds={"numpy"},
     check_specs=[
         dg.AssetCheckSpec(
             "domain_precision",
             asset=DOMAIN_VALIDATION,
-            description="Warns when a class's held-out precision is under min_precision (default 0.7).",
+            blocking=True,
+            description="Fails (blocking) when a class's precision on the held-out real pages is under "
+            "min_precision (default 0.7): mixtures must not filter on that class.",
         )
     ],
 )
 def domain_validation(context: dg.AssetExecutionContext, config: DomainValidationConfig) -> dg.MaterializeResult:
-    """Per-class precision/recall, support and the unknown slice of the domain classifier on the held-out,
-    hand-labelled data/domain/eval.jsonl (labelling guide: data/domain/LABELLING.md)."""
+    """Per-class precision/recall, support and the unknown slice of the domain classifier on the held-out real
+    pages of data/domain/eval.jsonl (labelled by reading them: data/domain/LABELLING.md), with and without their
+    URLs, on every page and on pages whose host has no training page. Its own job (validate_domain): a class
+    under the floor fails the blocking check, and mixtures must not filter on that class."""
     params = params_from(domain.DomainValidationParams, config)
     model = domain.load_model()
     held_out = domain.read_jsonl(params.eval_path)
     rows, preds = domain.validate(model, held_out)
-    disjoint = [r for r in held_out if not r.get("host_in_training")]
-    disjoint_rows, _ = domain.validate(model, disjoint)
     weak = {c: round(p, 3) for c, p in domain.weak_classes(rows, params.min_precision).items()}
     context.log.info("domain classifier on %d held-out documents: %s", len(held_out), rows[-1])
     return dg.MaterializeResult(
-        metadata=domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, params, weak),
+        metadata=domain_validation_metadata(model, held_out, rows, preds, params, weak),
         check_results=[
             dg.AssetCheckResult(
                 check_name="domain_precision",
                 passed=not weak,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={f"classes_under_{params.min_precision}": dg.MetadataValue.json(weak)},
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={
+                    f"classes_under_{params.min_precision}": dg.MetadataValue.json(weak),
+                    "classes_mixtures_must_not_filter_on": ", ".join(sorted(weak)) or "none",
+                },
             )
         ],
     )
@@ -226,15 +232,16 @@ def _pr_table(rows: list[dict]) -> dg.MetadataValue:
     )
 
 
-def domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, params, weak) -> dict:
-    """The per-class table (all held-out documents, and those whose host has no training page), the unknown
-    slice and the confusion matrix."""
+def domain_validation_metadata(model, held_out, rows, preds, params, weak) -> dict:
+    """The per-class table (all held-out pages, and those whose host has no training page; each with the page's
+    URL and without it), the unknown slice and the confusion matrix."""
     gold = [r["label"] for r in held_out]
     labels = [*domain.CLASSES, domain.UNKNOWN]
     confusion = [
         (g, *(sum(1 for x, (p, _) in zip(gold, preds) if x == g and p == c) for c in labels)) for g in domain.CLASSES
     ]
     total = rows[-1]
+    unseen = [r for r in held_out if not r["host_in_training"]]
     return {
         "dagster/row_count": len(held_out),
         "model_sha256": model.digest,
@@ -245,7 +252,9 @@ def domain_validation_metadata(model, held_out, rows, preds, disjoint_rows, para
         "unknown_share": round(total["unknown"] / max(len(held_out), 1), 4),
         "classes_under_min_precision": ", ".join(sorted(weak)) or "none",
         "per_class": _pr_table(rows),
-        "per_class_hosts_not_in_training": _pr_table(disjoint_rows),
+        "per_class_without_url": _pr_table(domain.validate(model, held_out, with_url=False)[0]),
+        "per_class_hosts_not_in_training": _pr_table(domain.validate(model, unseen)[0]),
+        "per_class_hosts_not_in_training_without_url": _pr_table(domain.validate(model, unseen, with_url=False)[0]),
         "confusion (gold rows, predicted columns)": md_table(["gold", *labels], confusion),
         "eval_sha256": hashlib.sha256(Path(params.eval_path).read_bytes()).hexdigest(),
     }
@@ -389,9 +398,17 @@ curate_models_job = shell.asset_job(
     REFERENCE_LM,
     LANGID_VALIDATION,
     DOMAIN_MODEL,
+    description="Build the reference KenLM model and the domain classifier, validate language ID (needed once before "
+    "curation).",
+)
+
+# its own job: its blocking check fails while a class is under the precision floor on real pages, and a failed
+# blocking check fails the run (curation must not wait on it; mixtures must not filter on the failed classes)
+validate_domain_job = shell.asset_job(
+    "validate_domain",
     DOMAIN_VALIDATION,
-    description="Build the reference KenLM model and the domain classifier, validate language ID and domain labels "
-    "(needed once before curation).",
+    description="Validate the domain classifier on held-out real pages; fails while a class is under its precision "
+    "floor (mixtures must not filter on it).",
 )
 
 curate_job = shell.asset_job(
@@ -417,5 +434,5 @@ defs = dg.Definitions(
         exact_duplicates,
     ],
     asset_checks=[langid_precision_check],
-    jobs=[curate_models_job, curate_job, exact_dedup_job],
+    jobs=[curate_models_job, validate_domain_job, curate_job, exact_dedup_job],
 )

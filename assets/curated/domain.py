@@ -1,8 +1,9 @@
 """The domain/topic classifier of curated documents: multinomial logistic regression over wordllama static
-embeddings of the text and of the URL's words, plus a few cheap text features; `unknown` when the top
-probability is under a confidence threshold chosen on the training side (out-of-fold predictions). Trained
-from data/domain/train.jsonl.gz (weak labels, data/domain/README.md), validated on the held-out, hand-labelled
-data/domain/eval.jsonl. Pure numpy, deterministic (no random initialisation; folds by hash). No Dagster."""
+embeddings of the text (and, with `use_url`, of a real URL's words), plus a few cheap text features; `unknown`
+when the top probability is under a confidence threshold chosen on the training side (out-of-fold predictions).
+Trained from data/domain/train.jsonl.gz (data/domain/README.md), validated on data/domain/eval.jsonl: held-out
+real web pages with their real URLs, labelled by reading them. Pure numpy, deterministic (no random
+initialisation; folds by hash). No Dagster."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from iceberg_catalog import tokenlake_home
 CLASSES: tuple[str, ...] = ("code", "commerce", "encyclopedic", "forum/qa", "news", "other")
 UNKNOWN = "unknown"
 MAX_CHARS = 2000  # the classifier reads the first MAX_CHARS characters of a text
-MODEL_FORMAT = "tokenlake.domain_model/1"
+EMBED_DIM = 256  # embed()'s dimension
+MODEL_FORMAT = "tokenlake.domain_model/2"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOMAIN_DATA = REPO_ROOT / "data" / "domain"
@@ -61,7 +63,12 @@ class DomainModelParams:
         "the confidence threshold is the smallest whose confident out-of-fold predictions on the training "
         "side are at least this accurate (below it: `unknown`)",
     )
-    seed: int = knob(0, "salt of the fold assignment (hash of the URL)")
+    seed: int = knob(0, "salt of the fold assignment (hash of the URL, or of the document's origin without one)")
+    use_url: bool = knob(
+        False,
+        "read the words of a document's real (http/https) URL too; without a real URL those features are the "
+        "training mean (no signal either way)",
+    )
 
     def hashed(self) -> dict:
         return {**asdict(self), "train_path": Path(self.train_path).name}
@@ -84,6 +91,12 @@ def text_sha256(text: str) -> str:
 # ---- features -----------------------------------------------------------------------------------------------
 
 
+def real_url(url: str | None) -> bool:
+    """Whether `url` is a web address (http/https with a host): only those have words worth reading."""
+    parts = urlsplit(url or "")
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def url_words(url: str | None) -> str:
     """The words of a URL's host and path ('https://www.shop.de/produkte/tee' -> 'shop de produkte tee')."""
     if not url:
@@ -93,16 +106,13 @@ def url_words(url: str | None) -> str:
     return " ".join(_WORD.findall(unquote(f"{host} {parts.path} {parts.query}").lower()))
 
 
-def cheap_features(text: str, url: str | None = None) -> list[float]:
+def cheap_features(text: str) -> list[float]:
     """Numbers that embeddings miss: code punctuation share, table-cell share, digit share, price mentions,
-    question marks per line, forum-style lines, log length, and one 0/1 flag per URL hint (forum, shop, news,
-    wiki, code words)."""
+    question marks per line, forum-style lines, log length."""
     t = text[:MAX_CHARS]
     n = max(len(t), 1)
     lines = max(t.count("\n") + 1, 1)
-    u = (url or "").lower()
     return [
-        *(float(bool(h.search(u))) for h in _URL_HINTS),
         len(_FORUM_LINE.findall(t)) / lines,
         len(_CODE_CHARS.findall(t)) / n,
         t.count("|") / n,
@@ -113,17 +123,31 @@ def cheap_features(text: str, url: str | None = None) -> list[float]:
     ]
 
 
-def raw_features(texts: Sequence[str], urls: Sequence[str | None]) -> np.ndarray:
-    """[text embedding | URL-words embedding | cheap features], one row per document (float64)."""
-    heads = [t[:MAX_CHARS] for t in texts]
-    words = [url_words(u) or "none" for u in urls]
-    return np.hstack(
-        [
-            embed(heads).astype(np.float64),
-            embed(words).astype(np.float64),
-            np.asarray([cheap_features(t, u) for t, u in zip(texts, urls)], dtype=np.float64).reshape(len(texts), -1),
-        ]
-    )
+def url_features(urls: Sequence[str | None]) -> np.ndarray:
+    """[URL-words embedding | one 0/1 flag per URL hint] per document; NaN for a document without a real URL
+    (standardisation turns NaN into the training mean: the weights never see a made-up or missing URL)."""
+    real = [real_url(u) for u in urls]
+    words = [url_words(u) if r else "" for u, r in zip(urls, real)]
+    hints = [[float(bool(h.search(u.lower()))) for h in _URL_HINTS] if r else [] for u, r in zip(urls, real)]
+    x = np.full((len(urls), EMBED_DIM + len(_URL_HINTS)), np.nan)
+    rows = [i for i, r in enumerate(real) if r]
+    if rows:
+        x[rows] = np.hstack([embed([words[i] for i in rows]).astype(np.float64), np.asarray([hints[i] for i in rows])])
+    return x
+
+
+def raw_features(texts: Sequence[str], urls: Sequence[str | None], use_url: bool) -> np.ndarray:
+    """[text embedding | cheap features (| URL features)], one row per document (float64)."""
+    blocks = [
+        embed([t[:MAX_CHARS] for t in texts]).astype(np.float64),
+        np.asarray([cheap_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1),
+    ]
+    return np.hstack(blocks + [url_features(urls)] if use_url else blocks)
+
+
+def standardise(x: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """(x - mean) / scale, a missing value (NaN: no real URL) at 0, the training mean."""
+    return np.nan_to_num((x - mean) / scale, nan=0.0)
 
 
 # ---- logistic regression ------------------------------------------------------------------------------------
@@ -174,8 +198,13 @@ def choose_threshold(proba: np.ndarray, y: np.ndarray, target_accuracy: float) -
     return 1.0
 
 
-def fold_of(url: str, folds: int, seed: int) -> int:
-    return int(hashlib.sha256(f"{seed}:{url}".encode()).hexdigest(), 16) % folds
+def fold_of(key: str, folds: int, seed: int) -> int:
+    return int(hashlib.sha256(f"{seed}:{key}".encode()).hexdigest(), 16) % folds
+
+
+def fold_key(row: dict) -> str:
+    """A training document's URL, or its origin (`doc`: the same for every passage of one article)."""
+    return row.get("url") or row["doc"]
 
 
 @dataclass(frozen=True)
@@ -183,6 +212,7 @@ class DomainModel:
     """A trained classifier: standardisation, weights, the confidence threshold and how it was made."""
 
     classes: tuple[str, ...]
+    use_url: bool
     mean: np.ndarray
     scale: np.ndarray
     w: np.ndarray
@@ -191,7 +221,7 @@ class DomainModel:
     info: dict
 
     def proba(self, texts: Sequence[str], urls: Sequence[str | None]) -> np.ndarray:
-        x = (raw_features(texts, urls) - self.mean) / self.scale
+        x = standardise(raw_features(texts, urls, self.use_url), self.mean, self.scale)
         return _softmax(_matmul(x, self.w) + self.b)
 
     def predict(self, texts: Sequence[str], urls: Sequence[str | None]) -> list[tuple[str, float]]:
@@ -218,6 +248,7 @@ class DomainModel:
                 "embedding_model": EMBEDDING_MODEL,
                 "max_chars": MAX_CHARS,
                 "classes": list(self.classes),
+                "use_url": self.use_url,
                 "threshold": self.threshold,
                 "info": self.info,
                 "mean": arr(self.mean),
@@ -239,6 +270,7 @@ class DomainModel:
             )
         return cls(
             tuple(d["classes"]),
+            bool(d["use_url"]),
             np.asarray(d["mean"]),
             np.asarray(d["scale"]),
             np.asarray(d["w"]),
@@ -254,52 +286,55 @@ class DomainModel:
 
 
 def _fit(x: np.ndarray, y: np.ndarray, p: DomainModelParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    mean = x.mean(axis=0)
-    scale = x.std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    w, b = fit_softmax((x - mean) / scale, y, len(CLASSES), p.l2, p.iterations, p.learning_rate)
+    mean = np.nanmean(x, axis=0)
+    scale = np.nanstd(x, axis=0)
+    scale[~(scale >= 1e-9)] = 1.0
+    w, b = fit_softmax(standardise(x, mean, scale), y, len(CLASSES), p.l2, p.iterations, p.learning_rate)
     return mean, scale, w, b
 
 
 def train(params: DomainModelParams, rows: list[dict] | None = None) -> DomainModel:
-    """Fit on the training rows (file order), choose the threshold on out-of-fold predictions."""
+    """Fit on the training rows (file order), choose the threshold on out-of-fold predictions: those of every
+    row, or with `use_url` only of rows not labelled by a URL rule (a model that reads URLs would pass those
+    rules' own test)."""
     rows = read_jsonl(params.train_path) if rows is None else rows
     bad = sorted({r["label"] for r in rows} - set(CLASSES))
     if bad:
         raise ValueError(f"training labels {bad} are not classes {list(CLASSES)}: fix {params.train_path}")
-    x = raw_features([r["text"] for r in rows], [r["url"] for r in rows])
+    x = raw_features([r["text"] for r in rows], [r["url"] for r in rows], params.use_url)
     y = np.asarray([CLASSES.index(r["label"]) for r in rows])
-    folds = np.asarray([fold_of(r["url"], params.folds, params.seed) for r in rows])
+    folds = np.asarray([fold_of(fold_key(r), params.folds, params.seed) for r in rows])
     oof = np.zeros((len(rows), len(CLASSES)))
     for k in range(params.folds):
         test = folds == k
         mean, scale, w, b = _fit(x[~test], y[~test], params)
-        oof[test] = _softmax(_matmul((x[test] - mean) / scale, w) + b)
-    threshold = choose_threshold(oof, y, params.target_accuracy)
+        oof[test] = _softmax(_matmul(standardise(x[test], mean, scale), w) + b)
+    judged = np.asarray([not (params.use_url and r.get("label_source") == "url_rule") for r in rows])
+    threshold = choose_threshold(oof[judged], y[judged], params.target_accuracy)
     mean, scale, w, b = _fit(x, y, params)
-    confident = oof.max(axis=1) >= threshold
+    right = oof[judged].argmax(axis=1) == y[judged]
+    confident = oof[judged].max(axis=1) >= threshold
     info = {
         "params": params.hashed(),
         "train_documents": len(rows),
         "train_per_class": {c: int((y == i).sum()) for i, c in enumerate(CLASSES)},
         "train_sha256": hashlib.sha256("".join(text_sha256(r["text"]) + r["label"] for r in rows).encode()).hexdigest(),
-        "oof_accuracy": round(float((oof.argmax(axis=1) == y).mean()), 4),
-        "oof_confident_accuracy": round(float((oof.argmax(axis=1) == y)[confident].mean()), 4)
-        if confident.any()
-        else 0.0,
+        "threshold_documents": int(judged.sum()),
+        "oof_accuracy": round(float(right.mean()), 4),
+        "oof_confident_accuracy": round(float(right[confident].mean()), 4) if confident.any() else 0.0,
         "oof_unknown_share": round(float(1 - confident.mean()), 4),
     }
     # through the file format: the weights curation uses are the rounded ones the asset writes
-    return DomainModel.from_json(DomainModel(CLASSES, mean, scale, w, b, threshold, info).to_json())
+    return DomainModel.from_json(DomainModel(CLASSES, params.use_url, mean, scale, w, b, threshold, info).to_json())
 
 
 @dataclass(frozen=True)
 class DomainValidationParams:
     """Validation of the domain classifier on the held-out, hand-labelled set."""
 
-    eval_path: str = knob(str(EVAL_PATH), "JSON lines of hand-labelled {url, text, label} held-out documents")
+    eval_path: str = knob(str(EVAL_PATH), "JSON lines of hand-labelled {url, text, label} held-out real pages")
     min_precision: float = knob(
-        0.7, "classes under this held-out precision are named in the metadata and warned about by the check"
+        0.7, "a class under this held-out precision fails the blocking check (mixtures must not filter on it)"
     )
 
     def hashed(self) -> dict:
@@ -362,9 +397,12 @@ def evaluate(gold: Sequence[str], predicted: Sequence[str]) -> list[dict]:
     return rows
 
 
-def validate(model: DomainModel, eval_rows: list[dict]) -> tuple[list[dict], list[tuple[str, float]]]:
-    """The per-class table on the held-out set and each document's (label, confidence)."""
-    preds = model.predict([r["text"] for r in eval_rows], [r["url"] for r in eval_rows])
+def validate(
+    model: DomainModel, eval_rows: list[dict], with_url: bool = True
+) -> tuple[list[dict], list[tuple[str, float]]]:
+    """The per-class table on the held-out set and each document's (label, confidence), read with each page's
+    URL or without it."""
+    preds = model.predict([r["text"] for r in eval_rows], [r["url"] if with_url else None for r in eval_rows])
     return evaluate([r["label"] for r in eval_rows], [p for p, _ in preds]), preds
 
 
