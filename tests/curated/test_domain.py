@@ -122,7 +122,8 @@ def test_choose_threshold_is_the_smallest_that_reaches_the_target():
     assert domain.choose_threshold(proba, np.array([1, 1, 1, 1]), 0.5) == 1.0
 
 
-def test_label_domains_sets_both_columns_or_nulls(model):
+def test_label_domains_sets_both_columns_or_nulls(model, tokenlake_home):
+    """With a fresh TOKENLAKE_HOME: no materialised model there, so the one trained from the repo's data."""
     rows = [
         {"url": "https://docs.python.org/3/library/struct.html", "text": "struct.pack(format, v1, v2) returns bytes"},
         {"url": "http://example.org/", "text": None},
