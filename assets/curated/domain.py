@@ -411,6 +411,20 @@ def weak_classes(rows: Iterable[dict], min_precision: float) -> dict[str, float]
     return {r["label"]: r["precision"] for r in rows if r["label"] in CLASSES and r["precision"] < min_precision}
 
 
+def unvalidated_classes(params: DomainValidationParams | None = None) -> dict[str, float]:
+    """The classes of the model curation uses (`load_model`) under the precision floor on the held-out real
+    pages: what `curated/domain_validation`'s blocking check fails on, and what mixtures must not filter on."""
+    params = params or DomainValidationParams()
+    model = load_model()
+    return dict(_weak(model.digest, params.eval_path, params.min_precision))
+
+
+@lru_cache(maxsize=4)
+def _weak(digest: str, eval_path: str, min_precision: float) -> tuple[tuple[str, float], ...]:
+    rows, _ = validate(load_model(), read_jsonl(eval_path))
+    return tuple(sorted(weak_classes(rows, min_precision).items()))
+
+
 # ---- the model file and curation ----------------------------------------------------------------------------
 
 

@@ -11,11 +11,12 @@ import dagster as dg
 import pydantic
 
 from assets import shell
+from assets.curated import domain
 from assets.identity import authenticated_user, recorded, require_authenticated
 from assets.plots import paired_bars_markdown
 from assets.run_view import policy as mixture_policy
 from assets.run_view import store
-from assets.run_view.mixture import Component
+from assets.run_view.mixture import Component, refuse_unvalidated_domains
 from assets.shell import md_table, provenance, table_key
 from iceberg_catalog import Lakehouse, Provenance, config_hash
 from iceberg_catalog import schemas as T
@@ -119,6 +120,14 @@ def rebuild_spec(
     return spec, mixture_policy.rebuild_stamp(old["manifest"].get("policy"), spec)
 
 
+def refuse_unvalidated_domain_filters(spec: store.RunViewSpec) -> None:
+    """Mixtures must not filter on a domain class under its precision floor on held-out real pages (the domain
+    validation's blocking check); the classifier is evaluated only when a component filters on domain_class."""
+    if any(c.filters.get("domain_class") for c in spec.components):
+        params = domain.DomainValidationParams()
+        refuse_unvalidated_domains(spec.components, domain.unvalidated_classes(params), params.min_precision)
+
+
 @dg.asset(
     key=CANDIDATE,
     metadata={
@@ -142,6 +151,7 @@ def candidate(
         spec, stamp = rebuild_spec(context, lakehouse, config.rebuild_of)
     else:
         spec, stamp = governed_spec(lakehouse, config.spec())
+    refuse_unvalidated_domain_filters(spec)
     prov = provenance(context, CANDIDATE, spec.config(), extra=stamp)
     policy = mixture_policy.manifest_policy(stamp)
     result = store.build_candidate(lakehouse, spec, prov, supersedes=config.rebuild_of, policy=policy)

@@ -114,6 +114,19 @@ class Realised:
         return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
+def refuse_unvalidated_domains(components: Sequence[Component], weak: Mapping[str, float], floor: float) -> None:
+    """A component may not select on a domain class the classifier labels with precision under `floor` on
+    held-out real pages (`weak`: class -> precision): such a label would mix in mostly other content."""
+    bad = [
+        f"component {c.name!r} filters on domain_class {cls!r} (precision {weak[cls]:.3f} < {floor} on held-out real "
+        "pages, curated/domain_validation)"
+        for c in components
+        for cls in sorted(set(c.filters.get("domain_class", ())) & set(weak))
+    ]
+    if bad:
+        raise MixtureError("; ".join(bad) + ": choose a validated class or no domain filter")
+
+
 def seeded_key(seed: int, doc_id: str, repetition: int = 0) -> bytes:
     """The sort key of a document in seeded order: the same on every machine, independent of input order."""
     return hashlib.sha256(f"{seed}:{repetition}:{doc_id}".encode()).digest()

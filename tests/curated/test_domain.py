@@ -253,3 +253,23 @@ def test_the_default_model_is_kept_in_the_model_cache_by_its_inputs():
     )
     assert other.stdout.strip() == model.digest
     assert domain.default_model_key(domain.DomainModelParams(l2=0.2)) != key
+
+
+def test_the_run_view_refuses_a_filter_on_exactly_the_classes_validation_fails(model, eval_rows, tokenlake_home):
+    """The candidate asset's guard uses the same model and floor as the blocking check: a filter on a class
+    under the floor is refused, on a validated class (or no filter) it is not."""
+    from assets.run_view import defs as run_view_defs
+    from assets.run_view.mixture import Component, MixtureError
+    from assets.run_view.store import RunViewSpec
+
+    params = domain.DomainValidationParams()
+    weak = domain.weak_classes(domain.validate(model, eval_rows)[0], params.min_precision)
+    assert domain.unvalidated_classes(params) == weak
+    for cls in domain.CLASSES:
+        spec = RunViewSpec(components=(Component(cls, 1.0, {"domain_class": [cls]}),))
+        if cls in weak:
+            with pytest.raises(MixtureError, match=f"domain_class {cls!r}"):
+                run_view_defs.refuse_unvalidated_domain_filters(spec)
+        else:
+            run_view_defs.refuse_unvalidated_domain_filters(spec)
+    run_view_defs.refuse_unvalidated_domain_filters(RunViewSpec())

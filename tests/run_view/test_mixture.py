@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from assets.run_view import store
-from assets.run_view.mixture import Component, MixtureError, feasible_budget, select, within_tolerance
+from assets.run_view.mixture import (
+    Component,
+    MixtureError,
+    feasible_budget,
+    refuse_unvalidated_domains,
+    select,
+    within_tolerance,
+)
 from iceberg_catalog.run_view_contract import canonical_json, manifest_sha256
 from iceberg_catalog.schemas import CURATED_EXACT_DUPLICATES, QUARANTINE_MATCHES
 from tests.run_view import builders
@@ -214,3 +221,18 @@ def test_excluded_documents_never_enter_a_view(lakehouse):
     }
     assert "dedup.near_duplicates" in result.manifest["inputs"]
     assert store.check_quarantine(lakehouse, result.run_view_id, result.manifest) == []
+
+
+def test_a_component_may_not_select_on_a_domain_class_under_its_precision_floor():
+    weak = {"encyclopedic": 0.167, "forum/qa": 0.625}
+    ok = [Component("code", 1.0, {"domain_class": ["code"]}), Component("rest", 1.0)]
+    refuse_unvalidated_domains(ok, weak, 0.7)
+    bad = [
+        Component("wiki", 1.0, {"domain_class": ["news", "encyclopedic"]}),
+        Component("qa", 1.0, {"domain_class": ["forum/qa"]}),
+    ]
+    with pytest.raises(
+        MixtureError, match=r"'wiki' filters on domain_class 'encyclopedic' \(precision 0.167 < 0.7"
+    ) as e:
+        refuse_unvalidated_domains(bad, weak, 0.7)
+    assert "'qa' filters on domain_class 'forum/qa'" in str(e.value)
