@@ -31,6 +31,13 @@ present (../shared/data) it also prints both sides' extraction F1 on the Scrapin
 
     python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--large-copies 4] [--real-pages 990]
                            [--repeats 3] [--workers 1] [--no-f1] [--no-datatrove]
+    python bench/curate.py --partition-overhead 6 [--crawl data/sample_crawl]
+
+`--partition-overhead N` measures only what a partition costs beyond its documents: N partitions curated one
+after another in one process (`pipeline.curate_records`, as the curate task runs them, two chunks each), with 1
+and with 2 worker processes: the first partition's wall time (start-up: models, the extraction child, the
+pool), the later ones' with two real pages, and with two records decided before extraction (HTTP 404: no model
+is reached, so their time is the per-partition overhead itself). Nothing else runs (no Dagster, no catalog).
 
 `--no-datatrove` skips datatrove (no venv needed): ours is then compared with bare trafilatura only, and the
 output says so.
@@ -366,12 +373,48 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
             extract_seconds=sum(x for x in extract_s if x is not None),
         )
     instance.dispose()
-    from assets.curated.extract import close_shared_extractors
+    from assets.curated.pipeline import close_curation_workers
 
-    close_shared_extractors()  # the curate runs' extraction worker: its CPU counts once it is reaped
+    close_curation_workers()  # the curate runs' worker pool and extraction worker: their CPU counts once reaped
     out["lingering_children"] = reap_all()
     out["pipeline_cpu_s"], out["pipeline_wall_s"] = cpu_seconds() - cpu0, time.perf_counter() - t0
     print(json.dumps(out))
+
+
+def overhead_main(crawl: Path, workers: int, partitions: int) -> None:
+    """`partitions` two-chunk partitions of two pages, then of two refused records, curated one after another in
+    this process with `workers`; prints one JSON line with each partition's wall seconds."""
+    from assets.curated.pipeline import CurateParams, curate_records  # ours only in this child
+    from bench.multilingual import read_records, reference_lm
+
+    pages = [r for path in warc_paths(crawl) for r in read_records(path, path.stem)][:2]
+    refused = [{**r, "http_status": 404} for r in pages]
+    params, lm = CurateParams(workers=workers), reference_lm()
+    out: dict = {"workers": workers}
+    for name, records in (("pages", pages), ("refused", refused)):
+        out[name] = []
+        for _ in range(partitions):
+            t0 = time.perf_counter()
+            rows = [row for chunk in curate_records([records[:1], records[1:]], params, lm) for row in chunk]
+            out[name].append(time.perf_counter() - t0)
+            assert len(rows) == len(records), rows
+    print(json.dumps(out))
+
+
+def run_partition_overhead(crawl: Path, partitions: int) -> int:
+    """The per-partition overhead table, 1 and 2 workers, each in a fresh process."""
+    print(f"per-partition overhead: {partitions} partitions in one process, two chunks of one record each ({crawl})")
+    print(f"  {'workers':<9}{'first (start-up)':>18}{'later, 2 pages':>16}{'later, 2 refused':>18}")
+    for workers in (1, 2):
+        cmd = child_command(__file__, "overhead", crawl=crawl, workers=workers, partition_overhead=partitions)
+        res, _, _ = run_json_child(cmd, repo_env(), f"overhead ({workers} workers)")
+        later = statistics.median(res["pages"][1:])
+        print(f"  {workers:<9}{res['pages'][0]:>17.3f}s{later:>15.3f}s{statistics.median(res['refused']):>17.3f}s")
+        print(
+            f"  {'':<9}each partition: pages {[round(x, 3) for x in res['pages']]}, refused "
+            f"{[round(x, 3) for x in res['refused']]}"
+        )
+    return 0
 
 
 def run_bare(crawl: Path) -> dict:
@@ -434,13 +477,21 @@ def main() -> int:
     parser.add_argument(
         "--no-datatrove", action="store_true", help="compare with bare trafilatura only (no datatrove venv)"
     )
-    parser.add_argument("--child", choices=["ingest", "models", "curate", "bare"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--partition-overhead", type=int, metavar="N", help="only measure the per-partition overhead (N partitions)"
+    )
+    parser.add_argument("--child", choices=["ingest", "models", "curate", "bare", "overhead"], help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     crawl = args.crawl.resolve()
     if args.child == "bare":
         bare_main(crawl)
         return 0
+    if args.child == "overhead":
+        overhead_main(crawl, args.workers, args.partition_overhead)
+        return 0
+    if args.partition_overhead:
+        return run_partition_overhead(crawl, args.partition_overhead)
     if args.child:
         child_main(args.child, crawl, args.home, args.workers)
         return 0

@@ -20,6 +20,7 @@ from assets.governance import policies, proposals
 from iceberg_catalog import Lakehouse, Provenance, config_hash
 from iceberg_catalog.schemas import CURATED_DOCUMENTS
 from tests.curated.test_curated_asset import WGET, comparable, curate_documents, curate_segments, docs
+from tests.curated.test_curation_workers import no_pools  # noqa: F401 - a fixture
 from tests.curated.test_extract import ARTICLE, DECISIONS, page, real_pages  # noqa: F401 - real_pages is a fixture
 
 # What the defaults hashed to before the knob existed (commit 3088c0f): a default run's config hash and the
@@ -142,6 +143,7 @@ def test_the_extractor_is_a_thresholds_policy_field(lakehouse):
 # --- a resiliparse run through Dagster ------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("no_pools")
 def test_a_resiliparse_run_of_sample_warcs_is_deterministic(tokenlake_home, instance, crawl_root, reference_lm_file):
     """One row per HTML response with a reason or kept; the same rows (and config hash) again with two worker
     processes; the snapshot says the run was an ad-hoc experiment and the metadata names the extractor."""
