@@ -6,7 +6,7 @@ per `Extractor` (the way datatrove sandboxes trafilatura): a document that excee
 decision `extract_timeout`, its worker is killed and a fresh one takes the next document, so one
 pathological page can neither stall nor crash a batch. Fresh workers are forked from a warmed-up template
 process (`_Template`), so a restart costs a fork, not an interpreter start and the engine's warm-up.
-Decoding, limits and normalisation are the engine's caller's, so both engines see the same text.
+Decoding, limits and normalisation happen outside the engine, so both engines get the same input.
 Decisions (values of the `decision` column):
 
 - `too_large`       payload above `max_html_bytes` (not truncated: a cut page looks whole but is not)
@@ -709,7 +709,6 @@ def _load_resiliparse(options: dict):
 
     from resiliparse.extract.html2text import extract_plain_text
 
-    # a Cython function: its signature is readable, but only through its text signature
     known = set(inspect.signature(extract_plain_text).parameters) - {"html"}
     unknown = sorted(set(options) - known)
     if unknown:
