@@ -31,6 +31,18 @@ present (../shared/data) it also prints both sides' extraction F1 on the Scrapin
 
     python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--large-copies 4] [--real-pages 990]
                            [--repeats 3] [--workers 1] [--no-f1] [--no-datatrove]
+    python bench/curate.py --partition-overhead 6 [--crawl data/sample_crawl]
+
+`--partition-overhead N` measures only what a partition costs beyond its documents: N partitions curated one
+after another in one process (`pipeline.curate_records`, as the curate task runs them, two chunks each), with 1
+and with 2 worker processes: the first partition's wall time (start-up: models, the extraction child, the
+pool), the later ones' with two real pages, and with two records decided before extraction (HTTP 404: no model
+is reached, so their time is the per-partition overhead itself). Nothing else runs (no Dagster, no catalog).
+
+`--extractor resiliparse` runs our curate job with that extractor; `--extractor trafilatura --extractor
+resiliparse` runs both in each round (the first is the one the tables compare, the other gets its own rows and
+ratios), then counts per input the documents whose keep decision differs between them, and writes 20 of the
+largest input's, with the start of each stored text, to bench/curate_extractor_changes.md.
 
 `--no-datatrove` skips datatrove (no venv needed): ours is then compared with bare trafilatura only, and the
 output says so.
@@ -41,6 +53,7 @@ Exits 1 when a side fails (or returns nothing: e.g. every extraction timed out),
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -49,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
@@ -286,10 +300,13 @@ def use_temp_home(home: Path, crawl_root: Path) -> None:
         os.environ.pop(var, None)
 
 
-def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
+def child_main(step: str, crawl: Path, home: Path, workers: int, extractor: str) -> None:
     """One step of ours in a fresh process; prints one JSON line."""
     become_subreaper()
     use_temp_home(home, crawl)
+    if step == "dump":
+        dump_main()
+        return
     import dagster as dg
 
     from orchestration.instance import failure_message, prepare_dagster_home
@@ -334,7 +351,9 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
         # that no ordinary page sits near the limit and decisions stay deterministic)
         run_config = {
             **QUIET_LOGGERS,
-            "ops": {op_name: {"config": {"workers": workers, "extract_timeout_s": BENCH_TIMEOUT_S}}},
+            "ops": {
+                op_name: {"config": {"workers": workers, "extract_timeout_s": BENCH_TIMEOUT_S, "extractor": extractor}}
+            },
         }
         totals = {"rows": 0, "kept": 0, "responses_read": 0, "html_documents": 0, "asset_seconds": 0.0}
         decisions: dict[str, int] = {}
@@ -366,12 +385,48 @@ def child_main(step: str, crawl: Path, home: Path, workers: int) -> None:
             extract_seconds=sum(x for x in extract_s if x is not None),
         )
     instance.dispose()
-    from assets.curated.extract import close_shared_extractors
+    from assets.curated.pipeline import close_curation_workers
 
-    close_shared_extractors()  # the curate runs' extraction worker: its CPU counts once it is reaped
+    close_curation_workers()  # the curate runs' worker pool and extraction worker: their CPU counts once reaped
     out["lingering_children"] = reap_all()
     out["pipeline_cpu_s"], out["pipeline_wall_s"] = cpu_seconds() - cpu0, time.perf_counter() - t0
     print(json.dumps(out))
+
+
+def overhead_main(crawl: Path, workers: int, partitions: int) -> None:
+    """`partitions` two-chunk partitions of two pages, then of two refused records, curated one after another in
+    this process with `workers`; prints one JSON line with each partition's wall seconds."""
+    from assets.curated.pipeline import CurateParams, curate_records  # ours only in this child
+    from bench.multilingual import read_records, reference_lm
+
+    pages = [r for path in warc_paths(crawl) for r in read_records(path, path.stem)][:2]
+    refused = [{**r, "http_status": 404} for r in pages]
+    params, lm = CurateParams(workers=workers), reference_lm()
+    out: dict = {"workers": workers}
+    for name, records in (("pages", pages), ("refused", refused)):
+        out[name] = []
+        for _ in range(partitions):
+            t0 = time.perf_counter()
+            rows = [row for chunk in curate_records([records[:1], records[1:]], params, lm) for row in chunk]
+            out[name].append(time.perf_counter() - t0)
+            assert len(rows) == len(records), rows
+    print(json.dumps(out))
+
+
+def run_partition_overhead(crawl: Path, partitions: int) -> int:
+    """The per-partition overhead table, 1 and 2 workers, each in a fresh process."""
+    print(f"per-partition overhead: {partitions} partitions in one process, two chunks of one record each ({crawl})")
+    print(f"  {'workers':<9}{'first (start-up)':>18}{'later, 2 pages':>16}{'later, 2 refused':>18}")
+    for workers in (1, 2):
+        cmd = child_command(__file__, "overhead", crawl=crawl, workers=workers, partition_overhead=partitions)
+        res, _, _ = run_json_child(cmd, repo_env(), f"overhead ({workers} workers)")
+        later = statistics.median(res["pages"][1:])
+        print(f"  {workers:<9}{res['pages'][0]:>17.3f}s{later:>15.3f}s{statistics.median(res['refused']):>17.3f}s")
+        print(
+            f"  {'':<9}each partition: pages {[round(x, 3) for x in res['pages']]}, refused "
+            f"{[round(x, 3) for x in res['refused']]}"
+        )
+    return 0
 
 
 def run_bare(crawl: Path) -> dict:
@@ -380,11 +435,76 @@ def run_bare(crawl: Path) -> dict:
     return res
 
 
-def run_ours(step: str, crawl: Path, home: Path, workers: int) -> dict:
-    cmd = child_command(__file__, step, crawl=crawl, home=home, workers=workers)
-    res, wall, cpu = run_json_child(cmd, repo_env(), f"ours ({step})")
+def run_ours(step: str, crawl: Path, home: Path, workers: int, extractor: str = "trafilatura") -> dict:
+    cmd = child_command(__file__, step, crawl=crawl, home=home, workers=workers, extractor=extractor)
+    res, wall, cpu = run_json_child(cmd, repo_env(), f"ours ({step}, {extractor})")
     res.update(wall_s=wall, cpu_s=cpu)
     return res
+
+
+# ---- keep decisions of one extractor against another --------------------------------------------------------
+
+CHANGES_FILE = ROOT / "bench" / "curate_extractor_changes.md"
+EXCERPT_CHARS = 240
+
+
+def dump_main() -> None:
+    """Every curated document of the home (untimed): one JSON line {doc_id: [url, kept, decision, excerpt]}."""
+    from iceberg_catalog import Lakehouse  # ours only in this child
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS
+
+    t = Lakehouse().scan(CURATED_DOCUMENTS, ("doc_id", "url", "kept", "decision", "text")).to_pylist()
+    print(json.dumps({"docs": {r["doc_id"]: [r["url"], r["kept"], r["decision"], _excerpt(r["text"])] for r in t}}))
+
+
+def _excerpt(text: str | None) -> str:
+    return " ".join((text or "").split())[:EXCERPT_CHARS]
+
+
+def keep_changes(before: dict, after: dict) -> tuple[Counter, list[str]]:
+    """(before decision -> after decision) counts of the documents whose keep decision differs, and their ids in a
+    fixed pseudo-random order (sha256 of the id), so the sample does not follow the crawl's order."""
+    changed = sorted(
+        (d for d in before if d in after and before[d][1] != after[d][1]),
+        key=lambda d: hashlib.sha256(d.encode()).hexdigest(),
+    )
+    return Counter(f"{before[d][2] or 'kept'} -> {after[d][2] or 'kept'}" for d in changed), changed
+
+
+def report_keep_changes(inputs: list[dict], primary: str, other: str, n_examples: int = 20) -> None:
+    """How many documents change their keep decision from `primary` to `other`, per input, with `n_examples` of
+    the largest input written to CHANGES_FILE for a reader to judge."""
+    print(f"\n== keep decisions, ours with {other} vs with {primary} (last round)")
+    sampled = max(inputs, key=lambda inp: inp["responses"])
+    lines = [f"# Keep decisions that change from {primary} to {other}", ""]
+    for inp in inputs:
+        before, after = inp["docs"][primary], inp["docs"][other]
+        counts, changed = keep_changes(before, after)
+        kept = (sum(v[1] for v in before.values()), sum(v[1] for v in after.values()))
+        print(
+            f"  {inp['name']}: {len(changed)} of {len(before)} documents change (kept {kept[0]} -> {kept[1]}): "
+            + ", ".join(f"{k} {v}" for k, v in counts.most_common())
+        )
+        if inp is not sampled:
+            continue
+        lines += [
+            f"`python bench/curate.py` input **{inp['name']}**: {len(changed)} of {len(before)} documents change their "
+            f"keep decision (kept: {kept[0]} with {primary}, {kept[1]} with {other}). {n_examples} of them, in a "
+            f"fixed pseudo-random order (sha256 of doc_id); texts are the stored texts' first {EXCERPT_CHARS} "
+            "characters, whitespace collapsed.",
+            "",
+        ]
+        for i, d in enumerate(changed[:n_examples], 1):
+            url, _, dec_b, text_b = before[d]
+            _, _, dec_a, text_a = after[d]
+            lines += [
+                f"## {i}. {url}",
+                f"- {primary}: **{dec_b or 'kept'}**: {text_b or '(no text)'}",
+                f"- {other}: **{dec_a or 'kept'}**: {text_a or '(no text)'}",
+                "",
+            ]
+    CHANGES_FILE.write_text("\n".join(lines))
+    print(f"  {n_examples} examples from {sampled['name']}: {CHANGES_FILE.relative_to(ROOT)}")
 
 
 # ---- extraction F1 ------------------------------------------------------------------------------------------
@@ -434,15 +554,33 @@ def main() -> int:
     parser.add_argument(
         "--no-datatrove", action="store_true", help="compare with bare trafilatura only (no datatrove venv)"
     )
-    parser.add_argument("--child", choices=["ingest", "models", "curate", "bare"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--partition-overhead", type=int, metavar="N", help="only measure the per-partition overhead (N partitions)"
+    )
+    parser.add_argument(
+        "--extractor",
+        action="append",
+        choices=["trafilatura", "resiliparse"],
+        help="our curate job's extractor; repeat it to measure several in the same run (the first is the one the "
+        "tables compare; the others get their own rows and their keep decisions are compared with it)",
+    )
+    parser.add_argument(
+        "--child", choices=["ingest", "models", "curate", "bare", "overhead", "dump"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.extractor = args.extractor or ["trafilatura"]
     crawl = args.crawl.resolve()
     if args.child == "bare":
         bare_main(crawl)
         return 0
+    if args.child == "overhead":
+        overhead_main(crawl, args.workers, args.partition_overhead)
+        return 0
+    if args.partition_overhead:
+        return run_partition_overhead(crawl, args.partition_overhead)
     if args.child:
-        child_main(args.child, crawl, args.home, args.workers)
+        child_main(args.child, crawl, args.home, args.workers, args.extractor[0])
         return 0
     if not (crawl / "crawl-data").is_dir():
         print(f"bench/curate.py: no crawl at {crawl} (expected {WARC_GLOB}); pass --crawl", file=sys.stderr)
@@ -474,10 +612,14 @@ def prepare_input(name: str, crawl: Path, work: Path, args) -> dict:
 def run_round(inp: dict, args, venv: dict | None, work: Path, i: int) -> None:
     """One timed run of each side on one input (appended to inp's lists)."""
     crawl, home, responses = inp["crawl"], inp["home"], inp["responses"]
-    print(f"timed round {i + 1}/{args.repeats}, {inp['name']}: ours (curate) ...", flush=True)
-    inp.setdefault("ours", []).append(run_ours("curate", crawl, home, args.workers))
-    if inp["ours"][-1]["responses_read"] != responses:
-        raise BenchFailure(f"curate read {inp['ours'][-1]['responses_read']} raw responses; the input has {responses}")
+    for n, extractor in enumerate(args.extractor):
+        print(f"timed round {i + 1}/{args.repeats}, {inp['name']}: ours (curate, {extractor}) ...", flush=True)
+        runs = inp.setdefault("ours", []) if n == 0 else inp.setdefault("others", {}).setdefault(extractor, [])
+        runs.append(run_ours("curate", crawl, home, args.workers, extractor))
+        if runs[-1]["responses_read"] != responses:
+            raise BenchFailure(f"curate read {runs[-1]['responses_read']} raw responses; the input has {responses}")
+        if len(args.extractor) > 1:  # untimed: the documents this extractor's run stored, before the next replaces them
+            inp.setdefault("docs", {})[extractor] = run_ours("dump", crawl, home, args.workers, extractor)["docs"]
     print(f"timed round {i + 1}/{args.repeats}, {inp['name']}: bare trafilatura ...", flush=True)
     inp.setdefault("bares", []).append(run_bare(crawl))
     if inp["bares"][-1]["responses"] != responses:
@@ -522,6 +664,8 @@ def run_bench(crawl: Path, work: Path, args) -> int:
         report_input(inp, args)
     if len(inputs) > 1:
         report_summary(inputs, args)
+    for other in args.extractor[1:]:
+        report_keep_changes(inputs, args.extractor[0], other)
 
     if not args.no_f1:
         f1 = extraction_f1(venv, BENCH_TIMEOUT_S) if venv is not None else None
@@ -582,10 +726,13 @@ def report_input(inp: dict, args) -> None:
         rows.append(("datatrove FineWeb recipe", med(dts, "wall_s"), med(dts, "cpu_s")))
         rows.append(("  excl. start-up (pipeline only)", med(dts, "pipeline_wall_s"), med(dts, "pipeline_cpu_s")))
     rows += [
-        ("ours: curate job", med(ours, "wall_s"), med(ours, "cpu_s")),
+        (f"ours: curate job ({args.extractor[0]})", med(ours, "wall_s"), med(ours, "cpu_s")),
         ("  excl. start-up (job runs only)", med(ours, "pipeline_wall_s"), med(ours, "pipeline_cpu_s")),
         ("ours: raw_ingest + curate", ingest["wall_s"] + med(ours, "wall_s"), ingest["cpu_s"] + med(ours, "cpu_s")),
     ]
+    for name, runs in inp.get("others", {}).items():
+        rows.append((f"ours: curate job ({name})", med(runs, "wall_s"), med(runs, "cpu_s")))
+        rows.append(("  excl. start-up (job runs only)", med(runs, "pipeline_wall_s"), med(runs, "pipeline_cpu_s")))
     print(
         f"throughput, {responses} documents, median of {args.repeats} (per core = documents / CPU s of the "
         f"process tree; ours workers={args.workers}, datatrove 1 task)"
@@ -611,6 +758,18 @@ def report_input(inp: dict, args) -> None:
         )
     else:
         print("ratio ours/datatrove: not measured (--no-datatrove)")
+    for name, runs in inp.get("others", {}).items():
+        vs = [("bare trafilatura", bares), ("ours with " + args.extractor[0], ours)] + (
+            [("datatrove", dts)] if dts else []
+        )
+        print(
+            f"ratio ours with {name} / "
+            + ";  / ".join(
+                f"{what}: {med(base, 'cpu_s') / med(runs, 'cpu_s'):.2f}x "
+                f"(excl. start-up {med(base, 'pipeline_cpu_s') / med(runs, 'pipeline_cpu_s'):.2f}x)"
+                for what, base in vs
+            )
+        )
 
 
 def report_summary(inputs: list[dict], args) -> None:

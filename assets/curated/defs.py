@@ -303,6 +303,7 @@ def curated_documents(
         metadata={
             **documents_metadata(ref.partition_key, stats, commit, upstream, len(tasks), time.perf_counter() - t0),
             **policy,
+            "extractor": params.extractor,
         }
     )
 

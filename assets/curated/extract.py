@@ -1,14 +1,16 @@
-"""HTML -> main text: charset decoding, trafilatura extraction under size and time limits, normalisation.
+"""HTML -> main text: charset decoding, main-text extraction under size and time limits, normalisation.
 
-Pure module (no Dagster). trafilatura runs in one persistent worker subprocess per `Extractor`
-(the way datatrove sandboxes it): a document that exceeds the time limit gets the decision
-`extract_timeout`, its worker is killed and a fresh one takes the next document, so one pathological
-page can neither stall nor crash a batch. Fresh workers are forked from a warmed-up template process
-(`_Template`), so a restart costs a fork, not an interpreter start and trafilatura's warm-up.
+Pure module (no Dagster). Two extraction engines (`ENGINES`): trafilatura (the default, FineWeb's) and
+resiliparse (`extract_plain_text`, C++ on lexbor, DCLM's). Either runs in one persistent worker subprocess
+per `Extractor` (the way datatrove sandboxes trafilatura): a document that exceeds the time limit gets the
+decision `extract_timeout`, its worker is killed and a fresh one takes the next document, so one
+pathological page can neither stall nor crash a batch. Fresh workers are forked from a warmed-up template
+process (`_Template`), so a restart costs a fork, not an interpreter start and the engine's warm-up.
+Decoding, limits and normalisation happen outside the engine, so both engines get the same input.
 Decisions (values of the `decision` column):
 
 - `too_large`       payload above `max_html_bytes` (not truncated: a cut page looks whole but is not)
-- `extract_failed`  binary bytes labelled as text, or trafilatura raised / its worker died
+- `extract_failed`  binary bytes labelled as text, or the engine raised / its worker died
 - `extract_timeout` extraction took longer than `timeout_s`
 - `empty`           no main text left after extraction and normalisation
 """
@@ -33,6 +35,7 @@ import unicodedata
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 # Published defaults: datatrove's Trafilatura extractor (FineWeb) uses favour_precision, deduplicate and no
 # comments. Its per-document timeout is 1 s wall-clock; ours counts the worker's CPU seconds and is the
@@ -47,6 +50,22 @@ DEFAULT_TRAFILATURA_OPTIONS: dict = {
     "include_comments": False,
     "deduplicate": True,
 }
+Engine = Literal["trafilatura", "resiliparse"]
+ENGINES: tuple[str, ...] = get_args(Engine)
+DEFAULT_ENGINE: Engine = "trafilatura"
+# resiliparse as DCLM runs it (main content, block structure kept), with our use's choices pinned rather than
+# left to the library's defaults: list items kept with their bullets, no alt texts, form fields or link
+# targets (not prose), and no comment sections (as the trafilatura path: FineWeb's include_comments=False).
+DEFAULT_RESILIPARSE_OPTIONS: dict = {
+    "preserve_formatting": True,
+    "main_content": True,
+    "list_bullets": True,
+    "alt_texts": False,
+    "form_fields": False,
+    "links": False,
+    "comments": False,
+}
+DEFAULT_OPTIONS = {"trafilatura": DEFAULT_TRAFILATURA_OPTIONS, "resiliparse": DEFAULT_RESILIPARSE_OPTIONS}
 
 DECISION_TOO_LARGE = "too_large"
 DECISION_EXTRACT_FAILED = "extract_failed"
@@ -255,10 +274,12 @@ class ExtractionResult:
 
 
 class ExtractorError(RuntimeError):
-    """The extraction worker could not be started: the environment, not a document, is broken."""
+    """The extraction worker could not be started: the environment (or the engine's options), not a document,
+    is broken."""
 
 
 _FRAME = struct.Struct("<Q")
+Setup = tuple[str, dict]  # (engine, its options): what a worker or template is configured with
 
 
 def _write_frame(fd: int, obj: object) -> None:
@@ -328,7 +349,7 @@ def _script(mode: str, *args: str) -> list[str]:
 
 
 class _Worker:
-    """One trafilatura process speaking length-prefixed pickles: requests on `req_fd`, replies on `reply_fd`.
+    """One extraction process speaking length-prefixed pickles: requests on `req_fd`, replies on `reply_fd`.
 
     `stop` kills the process and closes the pipes; it runs once (on `close`, or when the handle is collected)."""
 
@@ -382,30 +403,31 @@ class _Worker:
         self._finalizer()
 
 
-def _handshake(proc: subprocess.Popen, send_fd: int, recv_fd: int, options: dict, start_timeout_s: float) -> None:
-    """Send a fresh process its trafilatura options and wait for its "ready"; ExtractorError (and the process
+def _handshake(proc: subprocess.Popen, send_fd: int, recv_fd: int, setup: Setup, start_timeout_s: float) -> None:
+    """Send a fresh process its engine and options and wait for its "ready"; ExtractorError (and the process
     killed) if it does not come."""
+    engine = setup[0]
     try:
-        _write_frame(send_fd, options)
+        _write_frame(send_fd, setup)
         ok, ready = _read_frame(recv_fd, time.monotonic() + start_timeout_s)
     except (OSError, EOFError) as exc:
         _kill(proc)
-        raise ExtractorError(f"extraction worker failed to start ({exc}); is trafilatura installed?") from exc
+        raise ExtractorError(f"extraction worker failed to start ({exc}); is {engine} installed?") from exc
     if not ok:
         _kill(proc)
         raise ExtractorError(
             f"extraction worker not ready after {start_timeout_s} s; "
-            "check that `python -c 'import trafilatura'` works in this environment"
+            f"check that `python -c 'import {engine}'` works in this environment"
         )
     if ready != "ready":
         _kill(proc)
         raise ExtractorError(f"extraction worker refused its configuration: {ready}")
 
 
-def _spawn_worker(options: dict, start_timeout_s: float) -> _Worker:
+def _spawn_worker(setup: Setup, start_timeout_s: float) -> _Worker:
     """A worker in a fresh interpreter of its own: the fallback when no template can fork one."""
     proc = subprocess.Popen(_script("--worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
-    _handshake(proc, proc.stdin.fileno(), proc.stdout.fileno(), options, start_timeout_s)
+    _handshake(proc, proc.stdin.fileno(), proc.stdout.fileno(), setup, start_timeout_s)
     return _Worker(proc.pid, proc.stdin.fileno(), proc.stdout.fileno(), functools.partial(_kill, proc))
 
 
@@ -426,9 +448,9 @@ class _TemplateGone(OSError):
 
 
 class _Template:
-    """A warmed-up trafilatura process (a fresh interpreter, started like a worker) that forks workers.
+    """A warmed-up extraction process (a fresh interpreter, started like a worker) that forks workers.
 
-    A new worker then costs a fork (~10 ms of CPU) instead of an interpreter start, the trafilatura import and
+    A new worker then costs a fork (~10 ms of CPU) instead of an interpreter start, the engine's import and
     the first-page warm-up (~0.3-0.5 CPU s), which a timeout otherwise pays again on every restart.
     The caller makes each worker's two pipes and hands the child's ends over the control socket
     (SCM_RIGHTS); the template forks, the child serves them, and the template kills and reaps children on
@@ -436,7 +458,7 @@ class _Template:
     never signalled after it could have been reused). EOF on the control socket ends the template and its
     children; EOF on its request pipe ends a child, so both die with the caller."""
 
-    def __init__(self, options: dict, start_timeout_s: float) -> None:
+    def __init__(self, setup: Setup, start_timeout_s: float) -> None:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
@@ -446,7 +468,7 @@ class _Template:
             theirs.close()
         self._finalizer = weakref.finalize(self, _stop_template, self.sock, self.proc)
         fd = self.sock.fileno()
-        _handshake(self.proc, fd, fd, options, start_timeout_s)
+        _handshake(self.proc, fd, fd, setup, start_timeout_s)
 
     def _call(self, message: bytes, fds: list[int] = ()) -> bytes:
         """Send one command line (with `fds` attached) and return the template's one-line reply."""
@@ -520,7 +542,7 @@ def _stop_template(sock: socket.socket, proc: subprocess.Popen) -> None:
 
 
 class Extractor:
-    """Main-text extraction with trafilatura under a per-document size and time limit.
+    """Main-text extraction with `engine` (trafilatura or resiliparse) under a per-document size and time limit.
 
     Thread-safe: calls from several threads are served one at a time by the single worker process
     (create one Extractor per thread for parallelism). Use as a context manager, or call `close()`.
@@ -535,8 +557,11 @@ class Extractor:
         *,
         recycle_after_docs: int = 10_000,
         start_timeout_s: float = 120.0,
-        **trafilatura_options,
+        engine: Engine = DEFAULT_ENGINE,
+        **engine_options,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"extraction engine must be one of {ENGINES}, got {engine!r}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if max_html_bytes <= 0:
@@ -545,7 +570,8 @@ class Extractor:
         self.max_html_bytes = max_html_bytes
         self.recycle_after_docs = recycle_after_docs
         self.start_timeout_s = start_timeout_s
-        self.options = {**DEFAULT_TRAFILATURA_OPTIONS, **trafilatura_options}
+        self.engine = engine
+        self.options = {**DEFAULT_OPTIONS[engine], **engine_options}
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
         self._template: _Template | None = None
@@ -613,29 +639,31 @@ class Extractor:
             self._template.close()
             self._template = None
         if self._template is None:
-            self._template = _Template(self.options, self.start_timeout_s)
+            self._template = _Template((self.engine, self.options), self.start_timeout_s)
         try:
             return self._template.fork_worker()
         except _TemplateGone:
             self._template.close()
             self._template = None
-            return _spawn_worker(self.options, self.start_timeout_s)
+            return _spawn_worker((self.engine, self.options), self.start_timeout_s)
 
 
-_SHARED: dict[tuple[int, float, int], Extractor] = {}
+_SHARED: dict[tuple[int, float, int, str], Extractor] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_extractor(timeout_s: float = DEFAULT_TIMEOUT_S, max_html_bytes: int = DEFAULT_MAX_HTML_BYTES) -> Extractor:
-    """This thread's long-lived `Extractor` for these limits: partitions curated one after another in one
-    process reuse one worker (its start-up, ~0.2 CPU s plus warm-up, is paid once, like the other models).
-    Results do not depend on it: every page gets a fresh dedup cache, and the worker is still recycled after
-    `recycle_after_docs`. One per thread, so threads never queue on each other's worker."""
-    key = (threading.get_ident(), float(timeout_s), int(max_html_bytes))
+def shared_extractor(
+    timeout_s: float = DEFAULT_TIMEOUT_S, max_html_bytes: int = DEFAULT_MAX_HTML_BYTES, engine: Engine = DEFAULT_ENGINE
+) -> Extractor:
+    """This thread's long-lived `Extractor` for these limits and engine: partitions curated one after another
+    in one process reuse one worker (its start-up, ~0.2 CPU s plus warm-up, is paid once, like the other
+    models). Results do not depend on it: every page gets a fresh dedup cache, and the worker is still recycled
+    after `recycle_after_docs`. One per thread, so threads never queue on each other's worker."""
+    key = (threading.get_ident(), float(timeout_s), int(max_html_bytes), engine)
     with _SHARED_LOCK:
         ex = _SHARED.get(key)
         if ex is None:
-            ex = _SHARED[key] = Extractor(timeout_s=timeout_s, max_html_bytes=max_html_bytes)
+            ex = _SHARED[key] = Extractor(timeout_s=timeout_s, max_html_bytes=max_html_bytes, engine=engine)
         return ex
 
 
@@ -674,6 +702,27 @@ def _load_trafilatura(options: dict):
     return extract
 
 
+def _load_resiliparse(options: dict):
+    """`extract(html, url) -> text | None` with these `extract_plain_text` options, or a message saying what is
+    wrong. Stateless: a page's text depends on nothing the worker saw before."""
+    import inspect
+
+    from resiliparse.extract.html2text import extract_plain_text
+
+    known = set(inspect.signature(extract_plain_text).parameters) - {"html"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        return f"unknown resiliparse extract_plain_text options: {unknown}"
+
+    def extract(html: str, url: str | None) -> str | None:
+        return extract_plain_text(html, **options)
+
+    return extract
+
+
+_LOADERS = {"trafilatura": _load_trafilatura, "resiliparse": _load_resiliparse}
+
+
 def _serve(in_fd: int, out_fd: int, extract) -> None:
     """Answer (html, url) requests until EOF."""
     while True:
@@ -689,14 +738,15 @@ def _serve(in_fd: int, out_fd: int, extract) -> None:
 
 
 def _configure(in_fd: int, out_fd: int):
-    """Read the options, load trafilatura and answer "ready" (or why not); the extract function or None."""
+    """Read the engine and its options, load it and answer why not if it cannot be: (engine, extract function),
+    or None."""
     logging.disable(logging.WARNING)  # trafilatura logs every discarded page; decisions carry that
-    _, options = _read_frame(in_fd, None)
-    extract = _load_trafilatura(options)
+    _, (engine, options) = _read_frame(in_fd, None)
+    extract = _LOADERS[engine](options)
     if isinstance(extract, str):
         _write_frame(out_fd, extract)
         return None
-    return extract
+    return engine, extract
 
 
 def _worker_main() -> None:
@@ -704,30 +754,32 @@ def _worker_main() -> None:
     out_fd = os.dup(1)
     os.dup2(2, 1)
     in_fd = sys.stdin.fileno()
-    extract = _configure(in_fd, out_fd)
-    if extract is not None:
+    configured = _configure(in_fd, out_fd)
+    if configured is not None:
         _write_frame(out_fd, "ready")
-        _serve(in_fd, out_fd, extract)
+        _serve(in_fd, out_fd, configured[1])
 
 
-def _warm_up(extract) -> None:
-    """Pay trafilatura's lazy first-use costs once, in the template, so no forked worker pays them on a page
+def _warm_up(engine: str, extract) -> None:
+    """Pay the engine's lazy first-use costs once, in the template, so no forked worker pays them on a page
     (where they count against that page's CPU limit)."""
-    from trafilatura import external
-
     extract(_WARM_UP_HTML, None)
-    # justext's fallback builds its all-languages stoplist on the first page it rescues (~0.2 CPU s).
-    if external.JT_STOPLIST is None:
-        external.jt_stoplist_init()
+    if engine == "trafilatura":
+        from trafilatura import external
+
+        # justext's fallback builds its all-languages stoplist on the first page it rescues (~0.2 CPU s).
+        if external.JT_STOPLIST is None:
+            external.jt_stoplist_init()
 
 
 def _template_main(ctl_fd: int) -> None:
     os.dup2(2, 1)  # nothing a library prints may reach the caller's stdout
     sock = socket.socket(fileno=ctl_fd)
-    extract = _configure(ctl_fd, ctl_fd)
-    if extract is None:
+    configured = _configure(ctl_fd, ctl_fd)
+    if configured is None:
         return
-    _warm_up(extract)
+    engine, extract = configured
+    _warm_up(engine, extract)
     import gc
 
     gc.freeze()  # the warmed-up heap stays shared with the children (no copy-on-write from GC passes)

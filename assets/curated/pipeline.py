@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from multiprocessing import get_context
 
 from assets.curated.domain import label_domains
-from assets.curated.extract import DEFAULT_MAX_HTML_BYTES, DEFAULT_TIMEOUT_S, shared_extractor
+from assets.curated.extract import (
+    DEFAULT_ENGINE,
+    DEFAULT_MAX_HTML_BYTES,
+    DEFAULT_TIMEOUT_S,
+    ENGINES,
+    Engine,
+    close_shared_extractors,
+    shared_extractor,
+)
 from assets.curated.langid import DEFAULT_LANG_THRESHOLD, LanguageIdentifier, language_decision
 from assets.curated.language_rules import check_rules_table, rules_for
 from assets.curated.perplexity import HEAD_PCT, TAIL_PCT, PerplexityScorer
@@ -60,6 +70,11 @@ class CurateParams:
         "no decision depends on timing jitter",
     )
     max_html_bytes: int = knob(DEFAULT_MAX_HTML_BYTES, "a larger payload is not extracted (decision too_large)")
+    extractor: Engine = knob(
+        DEFAULT_ENGINE,
+        "main-text extractor: trafilatura (FineWeb's) or resiliparse (DCLM's, several times faster); "
+        "same decoding, limits and normalisation",
+    )
     ppl_head_pct: float = knob(
         float(HEAD_PCT),
         "perplexity percentile (per language, within the partition) at or under which a document is in the head bucket",
@@ -71,9 +86,18 @@ class CurateParams:
     chunk_docs: int = knob(32, "documents handed to a worker process at a time")
     files_per_slice: int = knob(1, "raw data files per task: the unit an executor runs (results do not depend on it)")
 
+    def __post_init__(self) -> None:
+        if self.extractor not in ENGINES:  # a typo in a config or a policy fails here, not in a worker
+            raise ValueError(f"extractor must be one of {ENGINES}, got {self.extractor!r}")
+
     def hashed(self) -> dict:
-        """What changes the stored rows (recorded as the snapshot's config hash)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("workers", "chunk_docs", "files_per_slice")}
+        """What changes the stored rows (recorded as the snapshot's config hash). The extractor is recorded
+        only when it is not the default: every snapshot before the knob existed extracted with trafilatura,
+        and so keeps its config hash."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("workers", "chunk_docs", "files_per_slice")}
+        if out["extractor"] == DEFAULT_ENGINE:
+            del out["extractor"]
+        return out
 
 
 def is_html(content_type: str | None) -> bool:
@@ -117,14 +141,14 @@ class DocumentCurator:
 
     def __init__(self, params: CurateParams, lm_path: str) -> None:
         check_rules_table(params.quality)
-        self.params = params
-        self.extractor = shared_extractor(params.extract_timeout_s, params.max_html_bytes)
+        self.params, self.lm_path = params, lm_path
+        self.extractor = shared_extractor(params.extract_timeout_s, params.max_html_bytes, params.extractor)
         self.lid = _language_identifier()
         self.lm = _scorer(lm_path, os.stat(lm_path).st_mtime_ns)
 
     def close(self) -> None:
         """Nothing to release: the models and the extractor worker stay for the next partition of this
-        process (`extract.close_shared_extractors` stops the worker; it also stops at exit)."""
+        process (`close_curation_workers` stops the worker; it also stops at exit)."""
 
     def __enter__(self) -> DocumentCurator:
         return self
@@ -196,19 +220,54 @@ def _decide(row: dict, decision: str | None, detail: str | None) -> dict:
     return row
 
 
-# -- parallel execution: process workers each hold their own models; results keep input order ----------
+# -- parallel execution: long-lived process workers, each holding its own models; results keep input order --
+# A pool of `workers` processes is started once per process and kept across partitions (and runs, when they
+# share the process): each worker loads the models and starts its extraction child on its first chunk, then
+# serves every later partition without paying that again (`bench/curate.py --partition-overhead`, 2 workers: a
+# partition of two records decided before extraction took 1.9 s of wall time when each partition started its
+# own pool, 0.001 s now). What a worker holds never changes a row: the models are read-only and each page gets
+# a fresh extraction state, so the rows are those of one process.
 
-_WORKER: DocumentCurator | None = None
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_WORKER: DocumentCurator | None = None  # in a pool worker: the curator of the last chunk's parameters
 
 
-def _init_worker(params: CurateParams, lm_path: str) -> None:
+def _curate_chunk(params: CurateParams, lm_path: str, records: list[dict]) -> list[dict]:
+    """In a pool worker: the chunk's rows, with a curator for these parameters (the models stay cached across
+    curators: a new one is cheap)."""
     global _WORKER
-    _WORKER = DocumentCurator(params, lm_path)
-
-
-def _curate_chunk(records: list[dict]) -> list[dict]:
-    assert _WORKER is not None
+    if _WORKER is None or (_WORKER.params, _WORKER.lm_path) != (params, lm_path):
+        _WORKER = DocumentCurator(params, lm_path)
     return [_WORKER.curate(r) for r in records]
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """This process's pool of `workers` curation processes (spawned, not forked: the caller may hold threads
+    and locks), started on first use."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+        return pool
+
+
+def _drop_pool(workers: int, pool: ProcessPoolExecutor) -> None:
+    """Forget a broken pool (a worker died): the next partition starts a fresh one."""
+    with _POOLS_LOCK:
+        if _POOLS.get(workers) is pool:
+            del _POOLS[workers]
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def close_curation_workers() -> None:
+    """Stop this process's curation pools and its own extraction workers (they also stop at exit)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=True)
+    close_shared_extractors()
 
 
 def curate_records(records: Iterable[Sequence[dict]], params: CurateParams, lm_path: str) -> Iterator[list[dict]]:
@@ -225,17 +284,21 @@ def _curate_chunks(records: Iterable[Sequence[dict]], params: CurateParams, lm_p
             for chunk in records:
                 yield [curator.curate(r) for r in chunk]
         return
-    with ProcessPoolExecutor(
-        params.workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(params, lm_path)
-    ) as pool:
-        # bounded look-ahead: at most 2 chunks per worker in flight
-        pending = []
+    pool = _pool(params.workers)
+    pending: list[Future] = []  # bounded look-ahead: at most 2 chunks per worker in flight
+    try:
         for chunk in records:
-            pending.append(pool.submit(_curate_chunk, list(chunk)))
+            pending.append(pool.submit(_curate_chunk, params, lm_path, list(chunk)))
             if len(pending) >= 2 * params.workers:
                 yield pending.pop(0).result()
+        while pending:
+            yield pending.pop(0).result()
+    except BrokenProcessPool:
+        _drop_pool(params.workers, pool)
+        raise
+    finally:  # a consumer that stops early (or fails) leaves no work queued for the next partition
         for fut in pending:
-            yield fut.result()
+            fut.cancel()
 
 
 def funnel(decisions: Iterable[str | None]) -> list[tuple[str, int]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from assets.curated.extract import DEFAULT_ENGINE
 from assets.curated.pipeline import CurateParams
 from assets.curated.quality import QualityThresholds
 from iceberg_catalog import Lakehouse
@@ -18,6 +19,10 @@ THRESHOLD_FIELDS = ("language_threshold", "allowed_languages", "quality", "ppl_h
 # written before `per_language` existed judged every language by the English rules, so it reads as off. A field
 # not listed here takes the code's default.
 ABSENT_QUALITY_FIELDS = {"per_language": False}
+# Top-level fields a thresholds policy may omit, and what their absence means: the value every version stored
+# before the field existed ran with. `thresholds_of` leaves such a field out at that value, so version 0 (and
+# any version that keeps it) has the same JSON and sha256 as before the field existed.
+OPTIONAL_FIELDS = {"extractor": DEFAULT_ENGINE}
 
 
 def thresholds_of(params: CurateParams) -> dict:
@@ -25,6 +30,7 @@ def thresholds_of(params: CurateParams) -> dict:
     out = {name: getattr(params, name) for name in THRESHOLD_FIELDS}
     out["quality"] = dataclasses.asdict(params.quality)
     out["allowed_languages"] = list(params.allowed_languages) if params.allowed_languages is not None else None
+    out.update({k: getattr(params, k) for k, absent in OPTIONAL_FIELDS.items() if getattr(params, k) != absent})
     return store.canonical_value(out)
 
 
@@ -50,6 +56,7 @@ def with_thresholds(params: CurateParams, policy: Mapping) -> CurateParams:
         quality=quality_thresholds(policy),
         ppl_head_pct=policy["ppl_head_pct"],
         ppl_tail_pct=policy["ppl_tail_pct"],
+        **{k: policy.get(k, absent) for k, absent in OPTIONAL_FIELDS.items()},
     )
 
 

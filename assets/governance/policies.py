@@ -26,7 +26,7 @@ import pyarrow as pa
 import yaml
 
 from assets.curated.pipeline import CurateParams
-from assets.curated.policy import THRESHOLD_FIELDS, default_thresholds, with_thresholds
+from assets.curated.policy import OPTIONAL_FIELDS, THRESHOLD_FIELDS, default_thresholds, with_thresholds
 from assets.governance.requests import KEY_TYPES
 from assets.run_view.mixture import Component
 from assets.run_view.policy import default_mixture
@@ -58,7 +58,7 @@ def validate_policy(kind: str, policy: Mapping) -> dict:
     value = canonical_value(policy)
     if kind == "thresholds":
         missing = sorted(set(THRESHOLD_FIELDS) - set(value))
-        extra = sorted(set(value) - set(THRESHOLD_FIELDS))
+        extra = sorted(set(value) - set(THRESHOLD_FIELDS) - set(OPTIONAL_FIELDS))
         if missing or extra:
             raise ValueError(f"a thresholds policy has exactly {THRESHOLD_FIELDS}; missing {missing}, unknown {extra}")
         with_thresholds(CurateParams(), value)  # unknown quality fields raise TypeError here

@@ -28,7 +28,7 @@ from pyiceberg.expressions import EqualTo, In
 
 from assets.curated.langid import DECISION_LANGUAGE_NOT_ALLOWED, DECISION_LANGUAGE_SCORE
 from assets.curated.language_rules import rules_for
-from assets.curated.policy import quality_thresholds
+from assets.curated.policy import OPTIONAL_FIELDS, quality_thresholds
 from assets.curated.quality import QUALITY_SIGNAL_TYPES, QualityThresholds, quality_rules
 from assets.governance import policies
 from assets.governance.requests import file_standing_rules, load_request, reach
@@ -226,7 +226,7 @@ def set_threshold(policy: Mapping, name: str, value: object) -> dict:
     ppl_head_pct, ppl_tail_pct) or a quality threshold, with or without the `quality.` prefix."""
     out = json.loads(canonical_json(policy))
     field = name.removeprefix("quality.")
-    if name in out and name != "quality":
+    if (name in out or name in OPTIONAL_FIELDS) and name != "quality":
         out[name] = value
     elif field in out["quality"] or field in {f.name for f in dataclasses.fields(QualityThresholds)}:
         out["quality"][field] = value  # also a field the stored version predates (it then reads as approved)
