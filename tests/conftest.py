@@ -50,6 +50,13 @@ def sigterm_ends_processes():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_working_directory_home(tmp_path_factory) -> None:
+    """A test without the `tokenlake_home` fixture reads and writes an empty session TOKENLAKE_HOME, never the
+    default `.tokenlake` of the working directory (where a demo run may have left a model of another format)."""
+    os.environ["TOKENLAKE_HOME"] = str(tmp_path_factory.mktemp("session-home") / "tokenlake")
+
+
+@pytest.fixture(scope="session", autouse=True)
 def shared_model_cache(tmp_path_factory) -> None:
     """The default domain model is trained once per session (~20 s) and loaded by every process a test starts
     (TOKENLAKE_MODEL_CACHE, inherited by subprocesses); each TOKENLAKE_HOME still starts empty."""

@@ -62,12 +62,9 @@ def add(words: np.ndarray, band: np.ndarray, h: np.ndarray) -> None:
     words[word[starts]] |= np.bitwise_or.reduceat(mask, starts)
 
 
-def union(filters: list[np.ndarray], words: int) -> np.ndarray:
-    """The filter of every key of `filters` (all of `words` words)."""
-    out = empty(words)
-    for f in filters:
-        np.bitwise_or(out, f, out=out)
-    return out
+def union_into(words: np.ndarray, other: np.ndarray) -> None:
+    """Add every key of filter `other` (of the same size) to `words` in place."""
+    np.bitwise_or(words, other, out=words)
 
 
 def may_contain(words: np.ndarray, band: np.ndarray, h: np.ndarray) -> np.ndarray:

@@ -79,7 +79,9 @@ def scatter_task(t: Task) -> TaskResult:
 def merge_filters(p: NearDuplicatePlan, words: int, paths: Sequence[str]) -> str:
     """The union of the added crawls' filters, as one scratch file (the step process holds one filter: its size
     grows with the added crawls' band rows, not with the corpus)."""
-    union = bloom.union([read_filter(p, path) for path in paths], words)
+    union = bloom.empty(words)
+    for path in paths:  # one task's filter at a time
+        bloom.union_into(union, read_filter(p, path))
     return write_filter(p, p.scratch_path("filter-all", 0), union)
 
 

@@ -63,7 +63,12 @@ def no_pools():
     close_curation_workers()
 
 
-def test_the_pool_outlives_partitions_and_a_broken_one_is_replaced(no_pools, real_pages, reference_lm_file):  # noqa: F811
+def test_the_pool_outlives_partitions_and_a_broken_one_is_replaced(
+    no_pools,
+    real_pages,  # noqa: F811
+    reference_lm_file,
+    tokenlake_home,
+):
     recs = records(real_pages)
     two = CurateParams(workers=2)
     expected = curate(recs, CurateParams(), reference_lm_file)
@@ -91,7 +96,7 @@ def test_the_pool_outlives_partitions_and_a_broken_one_is_replaced(no_pools, rea
     assert not pipeline._POOLS
 
 
-def test_an_early_stop_leaves_no_work_queued(no_pools, real_pages, reference_lm_file):  # noqa: F811
+def test_an_early_stop_leaves_no_work_queued(no_pools, real_pages, reference_lm_file, tokenlake_home):  # noqa: F811
     """A consumer that stops after the first chunk (a failed task) cancels what it queued."""
     recs = records(real_pages)
     params = CurateParams(workers=2)
