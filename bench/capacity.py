@@ -20,9 +20,10 @@ two single runs on a loaded machine (1.08x, 1.35x). Wall hours are a range, not 
 at large core counts: the efficiency was measured on 2 nodes, not on thousands of cores.
 
 `--rate STEP=R` replaces a step's per-core rate with R documents per CPU second measured by its own bench at
-scale (near_dedup: `bench/dedup_scale.py`, end to end; exact_dedup: `bench/exact_incremental.py`), applied to every
-curated document: the sample's one-process run of a global step measures its per-run overhead, not its rate on
-a crawl. Such a step's core-hours = the crawl's documents / R.
+scale (near_dedup: `bench/dedup_scale.py`, end to end; exact_dedup: `bench/exact_incremental.py`; curate:
+`bench/curate.py --real-pages`, per extractor), applied to every curated document: the sample's one-process run
+of a global step measures its per-run overhead, not its rate on a crawl, and the sample's pages are not a
+crawl's. Such a step's core-hours = the crawl's documents / R.
 
     python bench/capacity.py [--copies 1] [--cores 64,512,4096] [--rate near_dedup=R] [--json]
 
@@ -60,7 +61,7 @@ UNIT = {  # what one step's cost is counted per
 
 
 # what a --rate is applied to: every curated document (an upper bound for near dedup, which hashes only kept ones)
-RATE_UNIT = {"near_dedup": "documents", "exact_dedup": "documents"}
+RATE_UNIT = {"near_dedup": "documents", "exact_dedup": "documents", "curate": "documents"}
 
 
 def say(msg: str, quiet: bool) -> None:
@@ -219,7 +220,7 @@ def main() -> int:
         type=lambda s: s.split("=", 1),
         action="append",
         default=[],
-        help="STEP=R: per-core rate measured by the step's own bench at scale (near_dedup, exact_dedup)",
+        help="STEP=R: per-core rate measured by the step's own bench at scale (near_dedup, exact_dedup, curate)",
     )
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout, the rest on stderr")
     args = ap.parse_args()
