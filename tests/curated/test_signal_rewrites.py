@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from assets.curated import language_rules, quality
+from assets.curated import language_rules, pii, quality
 from assets.curated.extract import _BLANK_LINES_RE
 
 ALPHABET = [*"ab1_ .'’-\n\t\r\x0b\x85\u2028\u00a0äß\u0301\u093f\u0915!,#…", "...", "l'", "\n\n\n", "the ", "and "]
@@ -73,3 +73,15 @@ def test_stop_words_over_distinct_tokens_equal_token_by_token():
         tokens = language_rules.ELISION_TOKEN_RE.findall(text)
         plain = sum(1 for t in tokens if t in stop or t.replace("’", "'") in stop)
         assert quality._count_stop_words(Counter(tokens), stop) == plain, repr(text)
+
+
+def test_pii_regexes_match_as_written():
+    rng = random.Random(6)
+    hexy = [*"0123abcdefABFg:.-_ \nx١", "::", "2001:db8", "ff", "DE44", "AB1"]
+    plain_ipv6 = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:]|\.\d)", re.ASCII)
+    plain_iban = re.compile(r"[A-Z]{2}\d{2}", re.ASCII)
+    texts = [PAGE, "2001:db8::1 fe80::1:2 10:30:00 DE44 5001 0517 5407 3249 31", *_strings(500)]
+    texts += ["".join(rng.choices(hexy, k=rng.randint(0, 30))) for _ in range(5000)]
+    for text in texts:
+        assert [m.span() for m in pii._IPV6_RE.finditer(text)] == [m.span() for m in plain_ipv6.finditer(text)]
+        assert bool(pii._IBAN_HINT_RE.search(text)) == bool(plain_iban.search(text)), repr(text)
