@@ -218,7 +218,12 @@ def _find_ips(text: str) -> Iterator[PiiMatch]:
 # -------------------------------------------------------------------------------------------- phone
 
 # A candidate is a run of digits and phone separators; the structure is checked in Python afterwards.
-_PHONE_CANDIDATE_RE = re.compile(r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII)
+# The matches of r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", written to start with the
+# class every match starts with (re jumps to it instead of trying every position: ~1/2 less CPU); a "+" or "(" must
+# be followed by the first digit.
+_PHONE_CANDIDATE_RE = re.compile(
+    r"[+(\d](?<![\w+\-./(#][+(\d])(?:(?<=[+(])\d|(?<=\d))[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII
+)
 _PHONE_GROUP_RE = re.compile(r"\+?\(?\d{1,12}\)?", re.ASCII)
 _DATE_LIKE_RE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./](?:\d{4}|\d{2})", re.ASCII)
 # Numbers introduced by these words are references, not phone numbers.

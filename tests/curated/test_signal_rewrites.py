@@ -85,3 +85,15 @@ def test_pii_regexes_match_as_written():
     for text in texts:
         assert [m.span() for m in pii._IPV6_RE.finditer(text)] == [m.span() for m in plain_ipv6.finditer(text)]
         assert bool(pii._IBAN_HINT_RE.search(text)) == bool(plain_iban.search(text)), repr(text)
+
+
+def test_phone_candidates_and_policy_lines_as_written():
+    rng = random.Random(7)
+    chars = [*"0123456789 ().-/+#a_,\n", "+49 ", "(030) ", "1.2", "١"]
+    plain = re.compile(r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII)
+    texts = ["Call +49 (030) 1234-5678 or (555) 123-4567.", *("".join(rng.choices(chars, k=30)) for _ in range(5000))]
+    for text in texts:
+        assert [m.span() for m in pii._PHONE_CANDIDATE_RE.finditer(text)] == [m.span() for m in plain.finditer(text)]
+    for phrase in quality.C4_POLICY_SUBSTRINGS:
+        assert quality._may_be_policy(f"we {phrase} here")
+    assert not quality._may_be_policy("the use of cookie jars; terms of service")
