@@ -117,9 +117,13 @@ _NO_SPACE_CHARS = (
 # quality.TOKEN_RE cuts Hindi "में" into "म" and two symbols. The other languages' tokenizers keep them.
 _MARKS = "".join(re.escape(chr(c)) for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M"))
 _W = rf"[\w{_MARKS}]"
-WORD_TOKEN_RE = re.compile(rf"\w{_W}*(?:['’.\-]{_W}+)*|\.{{2,}}|[^\w\s]")
+# WORD_TOKEN_RE's tokens are those of rf"\w{_W}*(?:['’.\-]{_W}+)*|\.{{2,}}|[^\w\s]" and ELISION_TOKEN_RE's those of
+# rf"\w{_W}*['’](?=\w)|\w{_W}*(?:[.\-]{_W}+)*|\.{{2,}}|[^\w\s]", written as quality.TOKEN_RE is: one leading \S (every
+# token starts with one), then the branch its first character selects. re skips white space with a fast class
+# scan instead of trying each branch at every position (~20% less CPU on the German pages, the same tokens).
+WORD_TOKEN_RE = re.compile(rf"\S(?:(?<=\w){_W}*(?:['’.\-]{_W}+)*|(?<=\.)\.+|)")
 CHAR_TOKEN_RE = re.compile(rf"[{_NO_SPACE_CHARS}]|(?:(?![{_NO_SPACE_CHARS}]){_W})+(?:['’.\-]{_W}+)*|\.{{2,}}|[^\w\s]")
-ELISION_TOKEN_RE = re.compile(rf"\w{_W}*['’](?=\w)|\w{_W}*(?:[.\-]{_W}+)*|\.{{2,}}|[^\w\s]")
+ELISION_TOKEN_RE = re.compile(rf"\S(?:(?<=\w){_W}*['’](?=\w)|(?<=\w){_W}*(?:[.\-]{_W}+)*|(?<=\.)\.+|)")
 
 
 @dataclass(frozen=True)

@@ -61,13 +61,12 @@ class PerplexityScorer:
 
     def score(self, text: str) -> DocPerplexity:
         """Perplexity of `text`: 10 ** -(sum of log10 p over words and </s>) / (n_words + n_sentences)."""
-        score = self.model.score
-        n_words, scores = 0, []
-        for words in lm_tokenize(text):  # one pass: no second walk over the sentences to count their words
-            n_words += len(words)
-            scores.append(score(" ".join(words), bos=True, eos=True))
-        if not scores:
+        sentences = lm_tokenize(text)
+        if not sentences:
             return DocPerplexity(log10_prob_per_word=None, perplexity=None, n_words=0, n_sentences=0)
+        score = self.model.score  # bos and eos default to True: every sentence is scored with <s> ... </s>
+        scores = [score(" ".join(words)) for words in sentences]
+        n_words = sum(map(len, sentences))
         per_word = math.fsum(scores) / (n_words + len(scores))
         return DocPerplexity(
             log10_prob_per_word=per_word,

@@ -156,7 +156,15 @@ _IP_CONTEXT_RE = re.compile(
 )
 # "192.0.2.0/24" names a network, not a host.
 _CIDR_RE = re.compile(r"/(\d{1,3})(?!\d)", re.ASCII)
-_IPV6_RE = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:]|\.\d)", re.ASCII)
+# The matches of r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:]|\.\d)", written to start with the
+# character class every match starts with (re jumps to it instead of trying every position: ~1/3 less CPU), then
+# the branch that character selects: a colon opens the first group, a hex digit is the first of its 1-4.
+_HEX4 = "[0-9A-Fa-f]{0,4}"
+_IPV6_RE = re.compile(
+    rf"[0-9A-Fa-f:](?<![\w:.][0-9A-Fa-f:])(?:(?<=:){_HEX4}(?::{_HEX4}){{1,6}}|(?<!:)[0-9A-Fa-f]{{0,3}}(?::{_HEX4}){{2,7}})"
+    r"(?![\w:]|\.\d)",
+    re.ASCII,
+)
 _IPV6_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
 
 
@@ -173,7 +181,7 @@ def _is_public_ip(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 _IPV4_HINT_RE = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d", re.ASCII)
 _PHONE_HINT_RE = re.compile(r"\d[\d ().\-/]{5,24}\d", re.ASCII)
 _CARD_HINT_RE = re.compile(r"\d(?:[ \-]?\d){12}", re.ASCII)
-_IBAN_HINT_RE = re.compile(r"[A-Z]{2}\d{2}", re.ASCII)
+_IBAN_HINT_RE = re.compile(r"\d(?<=[A-Z]{2}\d)\d", re.ASCII)  # [A-Z]{2}\d{2}, found from its digits (~2x)
 
 
 def _find_ips(text: str) -> Iterator[PiiMatch]:
@@ -210,7 +218,12 @@ def _find_ips(text: str) -> Iterator[PiiMatch]:
 # -------------------------------------------------------------------------------------------- phone
 
 # A candidate is a run of digits and phone separators; the structure is checked in Python afterwards.
-_PHONE_CANDIDATE_RE = re.compile(r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII)
+# The matches of r"(?<![\w+\-./(#])(?:\+|\()?\d[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", written to start with the
+# class every match starts with (re jumps to it instead of trying every position: ~1/2 less CPU); a "+" or "(" must
+# be followed by the first digit.
+_PHONE_CANDIDATE_RE = re.compile(
+    r"[+(\d](?<![\w+\-./(#][+(\d])(?:(?<=[+(])\d|(?<=\d))[\d ().\-/]{5,24}\d(?![\w\-/]|[.,]\d)", re.ASCII
+)
 _PHONE_GROUP_RE = re.compile(r"\+?\(?\d{1,12}\)?", re.ASCII)
 _DATE_LIKE_RE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./](?:\d{4}|\d{2})", re.ASCII)
 # Numbers introduced by these words are references, not phone numbers.

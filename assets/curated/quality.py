@@ -98,8 +98,10 @@ _HAS_ALPHA = re.compile(r"[^\W\d_]").search
 GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 GOPHER_BULLETS = ("•", "-")
 ELLIPSES = ("...", "…")
-PARAGRAPH_SPLIT = re.compile(r"\n{2,}")
-LINE_SPLIT = re.compile(r"\n+")
+# r"\n{2,}" and r"\n+" written with a literal first character, which re jumps to instead of trying every
+# position (~5-15x less CPU, the same splits).
+PARAGRAPH_SPLIT = re.compile(r"\n\n+")
+LINE_SPLIT = re.compile(r"\n\n*")
 TOP_NGRAM_SIZES = (2, 3, 4)
 DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
 
@@ -116,6 +118,14 @@ C4_POLICY_SUBSTRINGS = (
     "use cookies",
 )
 _POLICY_SEARCH = re.compile("|".join(map(re.escape, C4_POLICY_SUBSTRINGS))).search  # one scan for all of them
+
+
+def _may_be_policy(lower: str) -> bool:
+    """False when no C4_POLICY_SUBSTRINGS can be in the line: each holds "policy", "cookies" or "terms of use",
+    and three substring scans cost a third of the regex, which stops at every c, p, t and u."""
+    return "policy" in lower or "cookies" in lower or "terms of use" in lower
+
+
 # The run of .!? comes first so the regex engine can skip ahead to it; the abbreviation checks look back
 # from its first character.
 _SENTENCE_BREAK = re.compile(
@@ -341,21 +351,29 @@ def _ngram_stats(tokens: list[str]) -> _NgramStats:
     return _NgramStats(top, repeated)
 
 
-def _gopher_quality_signals(text: str, tokens: list[str], out: dict) -> None:
-    words = list(filter(_IS_WORD, tokens))
+def _gopher_quality_signals(text: str, tokens: list[str], counts: Counter, out: dict) -> None:
+    """``counts``: ``Counter(tokens)``. Word counts, lengths and letters are summed over the distinct tokens,
+    each weighted by its count (integer sums, so the same numbers as token by token, for a third of the look-ups
+    on a real page)."""
+    n_words = n_word_chars = n_alpha = 0
+    for token, n in counts.items():
+        if _IS_WORD(token):
+            n_words += n
+            n_word_chars += n * len(token)
+            if _HAS_ALPHA(token):
+                n_alpha += n
     n_tokens = len(tokens)
     out["gopher_n_tokens"] = n_tokens
-    out["gopher_n_words"] = len(words)
-    out["gopher_mean_word_len"] = _ratio(sum(map(len, words)), len(words))
+    out["gopher_n_words"] = n_words
+    out["gopher_mean_word_len"] = _ratio(n_word_chars, n_words)
     out["gopher_hash_ratio"] = _ratio(text.count("#"), n_tokens)
     out["gopher_ellipsis_ratio"] = _ratio(text.count("...") + text.count("…"), n_tokens)
     lines = text.splitlines()
     out["gopher_n_lines"] = len(lines)
     out["gopher_bullet_line_frac"] = _ratio(sum(1 for s in lines if s.lstrip().startswith(GOPHER_BULLETS)), len(lines))
     out["gopher_ellipsis_line_frac"] = _ratio(sum(1 for s in lines if s.rstrip().endswith(ELLIPSES)), len(lines))
-    out["gopher_alpha_token_frac"] = _ratio(sum(map(bool, map(_HAS_ALPHA, words))), n_tokens)
-    counts = Counter(words)
-    out["gopher_n_stop_words"] = sum(counts[w] for w in GOPHER_STOP_WORDS)
+    out["gopher_alpha_token_frac"] = _ratio(n_alpha, n_tokens)
+    out["gopher_n_stop_words"] = sum(counts[w] for w in GOPHER_STOP_WORDS)  # every stop word is a word token
 
 
 def count_sentences(line: str) -> int:
@@ -426,7 +444,7 @@ def _c4_lines(text: str, out: dict | None, filter_no_terminal_punct: bool = Fals
             n_curly += 1
             n_curly_t += terminal
             removed.append(raw)
-        elif _POLICY_SEARCH(lower):
+        elif _may_be_policy(lower) and _POLICY_SEARCH(lower):
             n_policy += 1
             removed.append(raw)
         else:
@@ -485,6 +503,12 @@ def _fineweb2_signals(text: str, n_tokens: int, out: dict) -> None:
     out["fineweb_newline_ratio"] = _ratio(text.count("\n"), n_tokens)
 
 
+def _count_stop_words(counts: Counter, stop: frozenset[str]) -> int:
+    """Tokens that are stop words, ``’`` read as ``'``, from ``Counter(tokens)``: each distinct token is looked
+    up once (a page repeats its words)."""
+    return sum(n for t, n in counts.items() if t in stop or ("’" in t and t.replace("’", "'") in stop))
+
+
 def quality_signals(text: str, words: WordRules | None = None) -> dict[str, float | int]:
     """Every Gopher/C4/FineWeb signal of ``text`` as a flat dict; keys and types are QUALITY_SIGNAL_TYPES.
     ``words``: a language's tokenizer and stop words (FineWeb-2's way, see the module doc); None: English."""
@@ -492,15 +516,15 @@ def quality_signals(text: str, words: WordRules | None = None) -> dict[str, floa
     if words is not None:
         tokens = words.tokenize(text)
         _repetition_signals(text, tokens, out)
-        _gopher_quality_signals(text, tokens, out)
-        stop = words.stop_words
-        out["gopher_n_stop_words"] = sum(1 for t in tokens if t in stop or t.replace("’", "'") in stop)
+        counts = Counter(tokens)
+        _gopher_quality_signals(text, tokens, counts, out)
+        out["gopher_n_stop_words"] = _count_stop_words(counts, words.stop_words)
         _c4_lines(text, out)
         _fineweb2_signals(text, len(tokens), out)
         return out
     tokens = TOKEN_RE.findall(text)
     _repetition_signals(text, tokens, out)
-    _gopher_quality_signals(text, tokens, out)
+    _gopher_quality_signals(text, tokens, Counter(tokens), out)
     c4 = _c4_lines(text, out)
     _fineweb_signals(c4.text, c4.n_tokens(len(tokens)), out)
     return out
