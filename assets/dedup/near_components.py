@@ -11,8 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import (
-    And,
-    In,
     LessThan,
 )
 
@@ -25,8 +23,8 @@ from assets.dedup.near_plan import (
     NearDuplicatePlan,
     Task,
     fs,
+    read_matching,
     read_scratch,
-    read_table,
     task_result,
     task_start,
     unique,
@@ -77,12 +75,13 @@ def frozen_labels(p: NearDuplicatePlan, nodes: pa.ChunkedArray) -> tuple[pa.Arra
     crawls, doc_ids = split_keys(nodes)
     earlier = pc.less(crawls, p.first)
     out = pa.nulls(len(nodes), pa.string())
-    ids = pc.unique(doc_ids.filter(earlier)).to_pylist()
-    if not ids:
+    ids = pc.unique(doc_ids.filter(earlier))
+    if not len(ids):
         return out, 0
-    where = And(LessThan("crawl", p.first), In("doc_id", ids))
     columns = ("doc_id", "crawl", "cluster_id", "cluster_crawl")
-    rows, nbytes = read_table(p.lakehouse, DEDUP_NEAR_DUPLICATES, p.snapshot(DEDUP_NEAR_DUPLICATES), columns, where)
+    snapshot = p.snapshot(DEDUP_NEAR_DUPLICATES)
+    where = LessThan("crawl", p.first)
+    rows, nbytes = read_matching(p.lakehouse, DEDUP_NEAR_DUPLICATES, snapshot, columns, where, "doc_id", ids)
     stored = keys(rows["crawl"], rows["doc_id"])
     label = keys(rows["cluster_crawl"], rows["cluster_id"])
     at = pc.index_in(nodes, value_set=stored)
@@ -160,12 +159,13 @@ def earlier_sizes(p: NearDuplicatePlan, labels: pa.ChunkedArray) -> tuple[dict[s
     """Members, before the first recomputed crawl, of each cluster whose canonical is in a frozen crawl: its
     stored rows, plus the canonical itself when it has no row (it was alone in its crawl)."""
     crawls, doc_ids = split_keys(pc.unique(labels))
-    ids = doc_ids.filter(pc.less(crawls, p.first)).to_pylist()
-    if not ids:
+    ids = doc_ids.filter(pc.less(crawls, p.first))
+    if not len(ids):
         return {}, 0
-    where = And(LessThan("crawl", p.first), In("cluster_id", ids))
     columns = ("cluster_id", "cluster_crawl", "decision")
-    rows, nbytes = read_table(p.lakehouse, DEDUP_NEAR_DUPLICATES, p.snapshot(DEDUP_NEAR_DUPLICATES), columns, where)
+    snapshot = p.snapshot(DEDUP_NEAR_DUPLICATES)
+    where = LessThan("crawl", p.first)
+    rows, nbytes = read_matching(p.lakehouse, DEDUP_NEAR_DUPLICATES, snapshot, columns, where, "cluster_id", ids)
     size = Counter(keys(rows["cluster_crawl"], rows["cluster_id"]).to_pylist())
     with_row = set(keys(rows["cluster_crawl"], rows["cluster_id"]).filter(pc.is_null(rows["decision"])).to_pylist())
     earlier = pc.unique(labels.filter(pc.less(split_keys(labels)[0], p.first))).to_pylist()

@@ -12,7 +12,6 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import (
     And,
     EqualTo,
-    In,
 )
 
 from assets.dedup import bloom
@@ -29,8 +28,8 @@ from assets.dedup.near_plan import (
     NearDuplicatePlan,
     Task,
     fs,
+    read_matching,
     read_scratch,
-    read_table,
     small,
     task_result,
     task_start,
@@ -184,23 +183,22 @@ def fetch_task(t: Task) -> TaskResult:
     crawls, doc_ids = split_keys(requests["key"])
     requests = requests.append_column("crawl", crawls).append_column("doc_id", doc_ids)
     source, column = feature_source(p.params)
-    found = []
+    schema = feature_schema(p.params)
+    writer = PartWriter(fs(p), p.scratch_path("features", t.index), schema)  # one segment's features at a time
     for group in (
         unique(requests, ["crawl", "segment"]).sort_by([("crawl", "ascending"), ("segment", "ascending")]).to_pylist()
     ):
         wanted = requests.filter(
             pc.and_(pc.equal(requests["crawl"], group["crawl"]), pc.equal(requests["segment"], group["segment"]))
         )
-        ids = pc.unique(wanted["doc_id"]).to_pylist()
-        where = And(EqualTo("crawl", group["crawl"]), And(EqualTo("segment", group["segment"]), In("doc_id", ids)))
-        rows, read = read_table(p.lakehouse, source, p.snapshot(source), ("doc_id", column), where)
+        where = And(EqualTo("crawl", group["crawl"]), EqualTo("segment", group["segment"]))
+        ids = pc.unique(wanted["doc_id"])
+        rows, read = read_matching(p.lakehouse, source, p.snapshot(source), ("doc_id", column), where, "doc_id", ids)
         nbytes += read
         joined = wanted.select(["doc_id", "key", "part"]).join(rows.rename_columns(["doc_id", "value"]), "doc_id")
-        found.append(joined.select(["key", "value", "part"]))
-    schema = feature_schema(p.params)
-    features = pa.concat_tables(found).cast(schema) if found else schema.empty_table()
-    path = write_parts(fs(p), p.scratch_path("features", t.index), features, features["part"].to_numpy())
-    return task_result(t, start, nbytes, features=path)
+        features = joined.select(["key", "value", "part"]).cast(schema)
+        writer.write(features, features["part"].to_numpy())
+    return task_result(t, start, nbytes, features=writer.close())
 
 
 def feature_source(params: NearDuplicateParams):

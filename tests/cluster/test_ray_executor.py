@@ -205,7 +205,7 @@ def test_a_near_dedup_task_killed_mid_run_is_retried_and_the_table_is_identical(
     monkeypatch.setenv("TOKENLAKE_HOME", str(builds["ray_home"]))
     lakehouse = Lakehouse()
     snapshot = lakehouse.snapshot_id(DEDUP_NEAR_DUPLICATES)
-    with killing_first(cluster, "ray::assets.dedup.near.", delay_s=0.0) as killed:
+    with killing_first(cluster, "ray::assets.dedup.near_pairs.", delay_s=0.0) as killed:
         with dg.instance_for_test() as instance:  # threshold 0.81: a new config, so every crawl is recomputed
             config = near_config(2)
             config["ops"]["dedup__near_duplicates"]["config"]["threshold"] = 0.81
