@@ -57,30 +57,52 @@ def partition_of(k: pa.Array | pa.ChunkedArray, n_parts: int) -> np.ndarray:
     return out
 
 
-class PartWriter:
-    """Rows to one scratch file (replaced if it exists), grouped by destination partition: each `write` adds one
-    row group per partition present in its rows, with the partition in column `_part` (so a reader finds a
-    partition's row groups by their statistics, and a task can stream any number of batches)."""
+FLUSH_BYTES = 64 << 20  # rows a PartWriter holds before it writes them: fewer, larger row groups per partition
 
-    def __init__(self, io: FileIO, path: str, schema: pa.Schema) -> None:
-        self.io, self.path = io, path
+
+class PartWriter:
+    """Rows to one scratch file (replaced if it exists), grouped by destination partition: rows are held until
+    `flush_bytes` of them are waiting, then written as one row group per partition present, with the partition
+    in column `_part` (so a reader finds a partition's row groups by their statistics, and a task can stream
+    any number of batches). Writing each small batch at once gave a scatter file ~100 batches x ~100 partitions
+    of tiny row groups, and every reader walked all of them: the candidates stage was 449 of 697 CPU s at 8M
+    documents."""
+
+    def __init__(self, io: FileIO, path: str, schema: pa.Schema, flush_bytes: int = FLUSH_BYTES) -> None:
+        self.io, self.path, self.flush_bytes = io, path, flush_bytes
+        self.rows_schema = schema
         self.schema = schema.append(pa.field(PART, pa.int64()))
         self.stream = io.new_output(path).create(overwrite=True)
         self.writer = pq.ParquetWriter(self.stream, self.schema)
         self.rows = 0
+        self.held: list[tuple[pa.Table, np.ndarray]] = []
+        self.held_bytes = 0
 
     def write(self, table: pa.Table, parts: np.ndarray) -> None:
         if not table.num_rows:
             return
+        self.held.append((table.cast(self.rows_schema), parts))
+        self.held_bytes += table.nbytes
+        self.rows += table.num_rows
+        if self.held_bytes >= self.flush_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held rows, one row group per partition, in partition order."""
+        if not self.held:
+            return
+        table = pa.concat_tables([t for t, _ in self.held]).combine_chunks()
+        parts = np.concatenate([p for _, p in self.held])
+        self.held, self.held_bytes = [], 0
         order = np.argsort(parts, kind="stable")
         table, parts = table.take(pa.array(order)), parts[order]
         table = table.append_column(PART, pa.array(parts, pa.int64())).cast(self.schema)
         starts = np.flatnonzero(np.r_[True, parts[1:] != parts[:-1]])
         for start, end in zip(starts.tolist(), np.r_[starts[1:], len(parts)].tolist()):
             self.writer.write_table(table.slice(start, end - start), row_group_size=end - start)
-        self.rows += table.num_rows
 
     def close(self) -> str:
+        self.flush()
         if not self.rows:
             self.writer.write_table(self.schema.empty_table())
         self.writer.close()
