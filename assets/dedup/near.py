@@ -6,7 +6,8 @@ crawl whose inputs changed: an incremental run for a new crawl); `execute` runs 
 each task holding one shard, handing rows on through hash-partitioned scratch files (`assets.dedup.shuffle`);
 the tasks of stages 1-3 are in `near_pairs`, of 4-5 in `near_components`, what they carry in `near_plan`:
 
-1. scatter, one task per data file of the band rows: each row sent to its (band, band-hash range) partition;
+1. scatter, one task per data file of the band rows: each row sent to its (band, band-hash range) partition
+   (in an incremental run an earlier crawl's rows only where the added crawls' Bloom filter may hold them);
    candidates, one task per (band, band-hash range): those rows, the pairs sharing a hash;
 2. pairs, one task per partition of the pairs' first document: unique pairs (and, to verify, the features
    each pair needs, requested by segment);

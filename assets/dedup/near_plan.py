@@ -182,9 +182,9 @@ def read_matching(
 ) -> tuple[pa.Table, int]:
     """The rows of `t` matching `where` whose column `key` holds one of `values`, and the bytes of the data files
     read. `where` (crawl, segment) prunes files by their statistics; the values are matched batch by batch with
-    a hash set: a pyiceberg `In` over a long list (every requested document of a segment) is pushed down into
-    Arrow's row-group statistics per row group, which took most of a fetch task's memory (2.7 GiB at 8M
-    documents) and of the incremental labels task's CPU (173 s at 8M + 1M)."""
+    a hash set. A pyiceberg `In` over a long list (every requested document of a segment) is bound and pushed
+    down into Arrow's row-group statistics; the tasks that used it were the 8M bench's largest (fetch, 2.7 GiB)
+    and the 8M + 1M incremental run's costliest (labels, 173 of 388 CPU s)."""
     slices = lakehouse.slices(t, snapshot_id, where, columns)
     schema = pa.schema([small(t.arrow_schema.field(c)) for c in columns])
     wanted = values.cast(schema.field(key).type)
