@@ -160,6 +160,7 @@ def main() -> int:
                 f"{set_name:<18}{name:<24}{len(pages):>6}{s['precision']:>11.4f}{s['recall']:>9.4f}{s['f1']:>8.4f}"
                 f"{seconds:>9.1f}"
             )
+        print_speed(set_name, lines)
     if "ScrapingHub AEB" in sets:
         out["direct"] = compare_direct(sets["ScrapingHub AEB"][0], out["sets"]["ScrapingHub AEB"]["trafilatura"])
     for line in out["sets"].values():
@@ -168,6 +169,16 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, sort_keys=True))
     return 0
+
+
+def print_speed(set_name: str, lines: dict) -> None:
+    """Each extractor's wall time against trafilatura's on the same pages in this run (speed ratio, >1 = faster),
+    also kept in the JSON as `speed_vs_trafilatura`: timing belongs here, not in tests."""
+    base = lines[EXTRACTORS[0][0]]["seconds"]
+    for s in lines.values():
+        s["speed_vs_trafilatura"] = round(base / s["seconds"], 3) if s["seconds"] > 0 else None
+    ratios = ", ".join(f"{name} {s['speed_vs_trafilatura']}x" for name, s in lines.items())
+    print(f"{set_name}: speed vs {EXTRACTORS[0][0]} (its seconds / each one's, same pages): {ratios}")
 
 
 def compare_direct(pages: list[Page], ours: dict) -> dict:

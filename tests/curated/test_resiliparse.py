@@ -44,7 +44,7 @@ def test_extracts_main_text_without_boilerplate(extractor):
     ).replace("<body>", "<body><nav><a href='/'>Home</a> | <a href='/news'>News</a></nav>")
     html = html.replace("</article>", "<img alt='a photo of the bridge'><form><input value='search'></form></article>")
     result = extractor.extract(html.encode(), "text/html; charset=utf-8", "https://example.org/flood")
-    assert result.decision is None and result.seconds >= 0
+    assert result.decision is None  # its timing: bench/extraction.py (speed vs trafilatura)
     assert "old stone bridge" in result.text and "higher ground" in result.text
     assert "tracking" not in result.text and "color: red" not in result.text
     assert "a photo of the bridge" not in result.text and "search" not in result.text  # no alt texts, no forms
