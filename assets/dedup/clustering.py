@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DECISION_NEAR_DUPLICATE = "near_duplicate"
-
 # A bucket with more members than this contributes a star (every member to the bucket's first) instead of all
 # pairs: such buckets are templates or boilerplate where all pairs would be quadratic.
 MAX_ALL_PAIRS_BUCKET = 32

@@ -15,11 +15,11 @@ from pyiceberg.expressions import (
 )
 
 from assets.dedup import bloom
+from assets.dedup.clustering import MAX_ALL_PAIRS_BUCKET  # the oracle's star rule: the same buckets
 from assets.dedup.minhash import exact_jaccard, shingles
 from assets.dedup.near_components import write_graph
 from assets.dedup.near_plan import (
     BAND_ROWS,
-    MAX_ALL_PAIRS_BUCKET,
     MAX_SHINGLE_SETS,
     PAIRS,
     REQUESTS,

@@ -28,9 +28,6 @@ DECISION_NEAR_DUPLICATE = "near_duplicate"
 INPUTS = (DEDUP_MINHASH_BANDS, DEDUP_MINHASH_SIGNATURES, CURATED_DOCUMENTS)
 Verify = Literal["exact", "estimated", "none"]
 VERIFY_MODES: tuple[str, ...] = get_args(Verify)
-# A bucket with more members than this contributes a star (every member to the bucket's first) instead of all
-# pairs: such buckets are templates or boilerplate where all pairs would be quadratic.
-MAX_ALL_PAIRS_BUCKET = 32
 INPUTS_PROPERTY = "near-inputs"  # snapshot property: the config hash and {crawl: input fingerprint} of the rows
 VERIFY_BATCH = 65536  # pairs compared at once
 MAX_SHINGLE_SETS = 4096  # documents' shingle sets a verify task keeps (a few hundred MB of Python sets at most)
