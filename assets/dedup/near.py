@@ -75,7 +75,8 @@ def plan(lakehouse: Lakehouse, params: NearDuplicateParams, run: str) -> NearDup
     # the work is cut by the recomputed crawls' documents: an earlier crawl's rows reach the later stages only
     # where they pair with a recomputed document
     n_docs = sum(n for crawl, n in documents.items() if first is None or crawl >= first)
-    per_task = math.ceil(n_docs / params.docs_per_task) or 1
+    ranges = math.ceil(n_docs / params.docs_per_task) or 1
+    parts = params.partitions or math.ceil(n_docs / params.docs_per_partition) or 1
     return NearDuplicatePlan(
         lakehouse,
         params,
@@ -88,8 +89,8 @@ def plan(lakehouse: Lakehouse, params: NearDuplicateParams, run: str) -> NearDup
         documents,
         first,
         band_count(lakehouse, snapshots[DEDUP_MINHASH_BANDS.identifier]),
-        per_task,
-        params.partitions or per_task,
+        ranges,
+        parts,
     )
 
 

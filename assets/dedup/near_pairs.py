@@ -28,7 +28,7 @@ from assets.dedup.near_plan import (
     NearDuplicatePlan,
     Task,
     fs,
-    read_matching,
+    iter_matching,
     read_scratch,
     small,
     task_result,
@@ -193,11 +193,13 @@ def fetch_task(t: Task) -> TaskResult:
         )
         where = And(EqualTo("crawl", group["crawl"]), EqualTo("segment", group["segment"]))
         ids = pc.unique(wanted["doc_id"])
-        rows, read = read_matching(p.lakehouse, source, p.snapshot(source), ("doc_id", column), where, "doc_id", ids)
+        batches, read = iter_matching(p.lakehouse, source, p.snapshot(source), ("doc_id", column), where, "doc_id", ids)
         nbytes += read
-        joined = wanted.select(["doc_id", "key", "part"]).join(rows.rename_columns(["doc_id", "value"]), "doc_id")
-        features = joined.select(["key", "value", "part"]).cast(schema)
-        writer.write(features, features["part"].to_numpy())
+        asks = wanted.select(["doc_id", "key", "part"])
+        for batch in batches:  # a batch at a time: a segment's texts never sit in memory together
+            rows = pa.Table.from_batches([batch]).rename_columns(["doc_id", "value"])
+            features = asks.join(rows, "doc_id", join_type="inner").select(["key", "value", "part"]).cast(schema)
+            writer.write(features, features["part"].to_numpy())
     return task_result(t, start, nbytes, features=writer.close())
 
 
@@ -219,36 +221,68 @@ def verify_task(t: Task) -> TaskResult:
     p, start = t.plan, task_start()
     pairs, nbytes = read_scratch(p, t.inputs[0][t.index : t.index + 1], 0, PAIRS)
     features, read = read_scratch(p, t.inputs[1], t.index, feature_schema(p.params))
-    similar = similarity_of(p.params, dict(zip(features["key"].to_pylist(), features["value"].to_pylist())))
+    similar = similarity_of(p.params, features["key"].combine_chunks(), large(features["value"]).combine_chunks())
     keep = np.zeros(pairs.num_rows, bool)
     for lo in range(0, pairs.num_rows, VERIFY_BATCH):
         batch = pairs.slice(lo, VERIFY_BATCH)
-        keep[lo : lo + batch.num_rows] = similar(batch["a"].to_pylist(), batch["b"].to_pylist()) >= p.params.threshold
+        keep[lo : lo + batch.num_rows] = similar(batch["a"], batch["b"]) >= p.params.threshold
     edges = pairs.filter(pa.array(keep))
     return task_result(t, start, nbytes + read, verified_pairs=edges.num_rows, **write_graph(p, t.index, edges))
 
 
-def similarity_of(params: NearDuplicateParams, values: dict) -> Callable[[list, list], np.ndarray]:
-    """Pairwise similarity of documents by key: exact Jaccard of shingle sets (each document's set made once)
-    or the fraction of equal signature rows (vectorised; an empty signature is similar to nothing)."""
+def similarity_of(params: NearDuplicateParams, keys: pa.Array, values: pa.Array) -> Callable:
+    """Pairwise similarity of documents by key (`keys[i]`'s text or signature is `values[i]`): exact Jaccard of
+    shingle sets (each document's set made once) or the fraction of equal signature rows (vectorised; an empty
+    signature is similar to nothing). The values stay Arrow arrays: a Python object per document held the
+    verify task's features twice."""
     if params.verify == "exact":
-        sets: dict[str, frozenset] = {}
+        sets: dict[int, frozenset] = {}
 
-        def shingle_set(k: str) -> frozenset:
-            if k not in sets:
+        def shingle_set(i: int) -> frozenset:
+            if i not in sets:
                 if len(sets) >= MAX_SHINGLE_SETS:  # pairs come sorted by their first document: few are needed again
                     sets.clear()
-                sets[k] = frozenset(shingles(values[k] or "", params.n_grams))
-            return sets[k]
+                sets[i] = frozenset(shingles(values[i].as_py() or "", params.n_grams))
+            return sets[i]
 
-        return lambda a, b: np.array([exact_jaccard(shingle_set(x), shingle_set(y)) for x, y in zip(a, b)])
-    index = {k: i for i, k in enumerate(values)}
-    sigs = np.stack([np.frombuffer(v, "<u4") for v in values.values()]) if values else np.empty((0, 0), "<u4")
+        def exact(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:
+            ia, ib = positions(keys, a).tolist(), positions(keys, b).tolist()
+            return np.array([exact_jaccard(shingle_set(x), shingle_set(y)) for x, y in zip(ia, ib)], np.float64)
+
+        return exact
+    sigs = signature_matrix(values)
     empty = np.all(sigs == np.uint32(0xFFFFFFFF), axis=1) if len(sigs) else np.empty(0, bool)
 
-    def estimated(a: list, b: list) -> np.ndarray:
-        ia, ib = np.array([index[x] for x in a], np.int64), np.array([index[y] for y in b], np.int64)
+    def estimated(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:
+        ia, ib = positions(keys, a), positions(keys, b)
         sim = np.count_nonzero(sigs[ia] == sigs[ib], axis=1) / sigs.shape[1] if len(ia) else np.empty(0)
         return np.where(empty[ia] | empty[ib], 0.0, sim)
 
     return estimated
+
+
+def positions(keys: pa.Array, wanted: pa.ChunkedArray) -> np.ndarray:
+    """Where each of `wanted` is in `keys` (every one is: the fetch stage sent each pair's documents)."""
+    found = pc.index_in(wanted, value_set=keys)
+    if found.null_count:
+        raise KeyError(f"{found.null_count} pair documents have no fetched features")
+    return found.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def large(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Texts or signatures with 64-bit offsets: a partition's texts together may pass 2 GiB."""
+    kind = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}.get(values.type, values.type)
+    return values.cast(kind)
+
+
+def signature_matrix(values: pa.Array) -> np.ndarray:
+    """Signatures (equal-length little-endian uint32 rows of a large_binary array) as one (documents, rows) matrix,
+    copied once out of the Arrow buffer."""
+    if not len(values):
+        return np.empty((0, 0), "<u4")
+    offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset : values.offset + len(values) + 1]
+    widths = np.diff(offsets)
+    if not (widths == widths[0]).all() or widths[0] % 4:
+        raise ValueError(f"signatures of unequal or odd byte widths: {sorted(set(widths.tolist()))[:5]}")
+    data = np.frombuffer(values.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+    return data.view("<u4").reshape(len(values), widths[0] // 4).copy()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -47,8 +47,8 @@ class NearDuplicateParams:
     """Documents sharing a band are candidates; `verify` keeps a candidate pair when its similarity reaches
     `threshold`: "exact" = Jaccard of the two documents' shingle sets (reads their texts; precision 1 by
     construction), "estimated" = fraction of equal MinHash rows (cheaper; ~0.83 precision / 0.87 recall at
-    0.8 with 14x8, see tests/dedup/test_minhash_quality.py), "none" = every candidate pair. `docs_per_task`
-    and `partitions` cut the work and never change the rows."""
+    0.8 with 14x8, see tests/dedup/test_minhash_quality.py), "none" = every candidate pair. `docs_per_task`,
+    `docs_per_partition` and `partitions` cut the work and never change the rows."""
 
     threshold: float = knob(
         0.8, "a candidate pair is a near duplicate when its similarity reaches this (FineWeb's 0.8)"
@@ -62,10 +62,15 @@ class NearDuplicateParams:
     docs_per_task: int = knob(
         1_000_000,
         "recomputed documents per candidate task (band-hash ranges per band = documents of the recomputed crawls "
-        "/ this) and per partition of the later stages: bounds every task's memory (the rows do not depend on it)",
+        "/ this): bounds a candidate task's memory (the rows do not depend on it)",
+    )
+    docs_per_partition: int = knob(
+        250_000,
+        "recomputed documents per hash partition of the later stages (pairs, verify, components, rows): bounds "
+        "their tasks' memory (the rows do not depend on it)",
     )
     partitions: int = knob(
-        0, "hash partitions of pairs, labels and rows; 0 = recomputed documents / docs_per_task, at least 1"
+        0, "hash partitions of pairs, labels and rows; 0 = recomputed documents / docs_per_partition, at least 1"
     )
 
     def __post_init__(self) -> None:
@@ -73,8 +78,9 @@ class NearDuplicateParams:
             raise ValueError(f"verify must be one of {' | '.join(VERIFY_MODES)}, got {self.verify!r}")
         if self.n_grams < 1:
             raise ValueError(f"n_grams must be >= 1, got {self.n_grams}")
-        if self.docs_per_task < 1:
-            raise ValueError(f"docs_per_task must be >= 1, got {self.docs_per_task}")
+        for name in ("docs_per_task", "docs_per_partition"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.partitions < 0:
             raise ValueError(f"partitions must be >= 0, got {self.partitions}")
 
@@ -178,19 +184,32 @@ def read_matching(
     lakehouse: Lakehouse, t, snapshot_id: int | None, columns: Sequence[str], where, key: str, values: pa.Array
 ) -> tuple[pa.Table, int]:
     """The rows of `t` matching `where` whose column `key` holds one of `values`, and the bytes of the data files
-    read. `where` (crawl, segment) prunes files by their statistics; the values are matched batch by batch with
-    a hash set. A pyiceberg `In` over a long list (every requested document of a segment) is bound and pushed
-    down into Arrow's row-group statistics; the tasks that used it were the 8M bench's largest (fetch, 2.7 GiB)
-    and the 8M + 1M incremental run's costliest (labels, 173 of 388 CPU s)."""
+    read (`iter_matching`, gathered)."""
+    batches, nbytes = iter_matching(lakehouse, t, snapshot_id, columns, where, key, values)
+    schema = pa.schema([small(t.arrow_schema.field(c)) for c in columns])
+    return pa.Table.from_batches(list(batches), schema), nbytes
+
+
+def iter_matching(
+    lakehouse: Lakehouse, t, snapshot_id: int | None, columns: Sequence[str], where, key: str, values: pa.Array
+) -> tuple[Iterator[pa.RecordBatch], int]:
+    """The matching rows of `read_matching` a data-file batch at a time (a caller that streams them on holds one
+    batch), and the bytes of the data files they come from. `where` (crawl, segment) prunes files by their
+    statistics; the values are matched batch by batch with a hash set. A pyiceberg `In` over a long list (every
+    requested document of a segment) is bound and pushed down into Arrow's row-group statistics; the tasks that
+    used it were the 8M bench's largest (fetch, 2.7 GiB) and the 8M + 1M incremental run's costliest (labels,
+    173 of 388 CPU s)."""
     slices = lakehouse.slices(t, snapshot_id, where, columns)
     schema = pa.schema([small(t.arrow_schema.field(c)) for c in columns])
     wanted = values.cast(schema.field(key).type)
-    batches = []
-    for s in slices:
-        for batch in lakehouse.read_slice(s):
-            batch = batch.select(list(columns)).cast(schema)
-            batches.append(batch.filter(pc.is_in(batch.column(key), value_set=wanted)))
-    return pa.Table.from_batches(batches, schema), sum(f.file.file_size_in_bytes for s in slices for f in s.files)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for s in slices:
+            for batch in lakehouse.read_slice(s):
+                batch = batch.select(list(columns)).cast(schema)
+                yield batch.filter(pc.is_in(batch.column(key), value_set=wanted))
+
+    return batches(), sum(f.file.file_size_in_bytes for s in slices for f in s.files)
 
 
 def small(f: pa.Field) -> pa.Field:

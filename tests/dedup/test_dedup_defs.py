@@ -73,6 +73,7 @@ def test_configs_are_generated_from_the_knobs():
         "verify": "exact",
         "n_grams": 5,
         "docs_per_task": 1_000_000,
+        "docs_per_partition": 250_000,
         "partitions": 0,
     }
     assert "exact | estimated | none" in NearDuplicateConfig.model_fields["verify"].description

@@ -110,11 +110,13 @@ def test_cheaper_verification_only_adds_duplicates(hashed):
 
 def test_any_partition_count_and_task_order_give_the_same_rows(hashed):
     _, one = near_duplicates(hashed, NearDuplicateParams(verify="estimated", partitions=1))
-    cuts = ({"partitions": 8}, {"partitions": 32}, {"docs_per_task": 7})  # the last: 8 band-hash ranges, 8 parts
+    # the last two: 8 band-hash ranges and 1 partition; 1 range and 5 partitions
+    cuts = ({"partitions": 8}, {"partitions": 32}, {"docs_per_task": 7}, {"docs_per_partition": 11})
     for seed, cut in enumerate(cuts):
         params = NearDuplicateParams(verify="estimated", **cut)
         again = near.plan(hashed, params, uuid.uuid4().hex)
-        assert (again.ranges, again.parts) == ((8, 8) if "docs_per_task" in cut else (1, cut["partitions"]))
+        expected = {"partitions": (1, cut.get("partitions")), "docs_per_task": (8, 1), "docs_per_partition": (1, 5)}
+        assert (again.ranges, again.parts) == expected[next(iter(cut))]
         assert again.first is None  # nothing changed: the partition count is not part of the config
         again = dataclasses.replace(again, first="CRAWL-A")  # recompute everything anyway
         near.commit(hashed, again, near.execute(again, ShuffledExecutor(seed + 1)), PROV)
