@@ -221,7 +221,8 @@ def verify_task(t: Task) -> TaskResult:
     p, start = t.plan, task_start()
     pairs, nbytes = read_scratch(p, t.inputs[0][t.index : t.index + 1], 0, PAIRS)
     features, read = read_scratch(p, t.inputs[1], t.index, feature_schema(p.params))
-    similar = similarity_of(p.params, features["key"].combine_chunks(), large(features["value"]).combine_chunks())
+    similar = similarity_of(p.params, features["key"].combine_chunks(), features["value"])
+    del features  # the similarity holds what it needs
     keep = np.zeros(pairs.num_rows, bool)
     for lo in range(0, pairs.num_rows, VERIFY_BATCH):
         batch = pairs.slice(lo, VERIFY_BATCH)
@@ -230,19 +231,20 @@ def verify_task(t: Task) -> TaskResult:
     return task_result(t, start, nbytes + read, verified_pairs=edges.num_rows, **write_graph(p, t.index, edges))
 
 
-def similarity_of(params: NearDuplicateParams, keys: pa.Array, values: pa.Array) -> Callable:
+def similarity_of(params: NearDuplicateParams, keys: pa.Array, values: pa.ChunkedArray) -> Callable:
     """Pairwise similarity of documents by key (`keys[i]`'s text or signature is `values[i]`): exact Jaccard of
     shingle sets (each document's set made once) or the fraction of equal signature rows (vectorised; an empty
-    signature is similar to nothing). The values stay Arrow arrays: a Python object per document held the
-    verify task's features twice."""
+    signature is similar to nothing). The values stay Arrow arrays or one numpy matrix: a Python object per
+    document held the verify task's features twice."""
     if params.verify == "exact":
+        texts = large(values).combine_chunks()  # a partition's texts together may pass 2 GiB
         sets: dict[int, frozenset] = {}
 
         def shingle_set(i: int) -> frozenset:
             if i not in sets:
                 if len(sets) >= MAX_SHINGLE_SETS:  # pairs come sorted by their first document: few are needed again
                     sets.clear()
-                sets[i] = frozenset(shingles(values[i].as_py() or "", params.n_grams))
+                sets[i] = frozenset(shingles(texts[i].as_py() or "", params.n_grams))
             return sets[i]
 
         def exact(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:
@@ -270,19 +272,28 @@ def positions(keys: pa.Array, wanted: pa.ChunkedArray) -> np.ndarray:
 
 
 def large(values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Texts or signatures with 64-bit offsets: a partition's texts together may pass 2 GiB."""
-    kind = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}.get(values.type, values.type)
-    return values.cast(kind)
+    """Texts with 64-bit offsets."""
+    return values.cast(pa.large_string()) if values.type == pa.string() else values
 
 
-def signature_matrix(values: pa.Array) -> np.ndarray:
-    """Signatures (equal-length little-endian uint32 rows of a large_binary array) as one (documents, rows) matrix,
-    copied once out of the Arrow buffer."""
-    if not len(values):
-        return np.empty((0, 0), "<u4")
-    offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset : values.offset + len(values) + 1]
+def signature_matrix(values: pa.ChunkedArray) -> np.ndarray:
+    """Signatures (equal-length little-endian uint32 rows of a binary column) as one (documents, rows) matrix,
+    made by one copy out of the Arrow buffers."""
+    rows = [chunk_rows(chunk) for chunk in values.chunks if len(chunk)]
+    widths = {r.shape[1] for r in rows}
+    if len(widths) > 1:
+        raise ValueError(f"signatures of unequal widths: {sorted(widths)[:5]} rows")
+    return np.concatenate(rows) if rows else np.empty((0, 0), "<u4")
+
+
+def chunk_rows(chunk: pa.Array) -> np.ndarray:
+    """One chunk of a binary column of equal-width signatures, viewed as a (rows, values) uint32 matrix."""
+    offset_type = np.int64 if pa.types.is_large_binary(chunk.type) else np.int32
+    offsets = np.frombuffer(chunk.buffers()[1], offset_type)[chunk.offset : chunk.offset + len(chunk) + 1]
     widths = np.diff(offsets)
     if not (widths == widths[0]).all() or widths[0] % 4:
         raise ValueError(f"signatures of unequal or odd byte widths: {sorted(set(widths.tolist()))[:5]}")
-    data = np.frombuffer(values.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
-    return data.view("<u4").reshape(len(values), widths[0] // 4).copy()
+    if chunk.buffers()[2] is None:  # every signature empty
+        return np.empty((len(chunk), 0), "<u4")
+    data = np.frombuffer(chunk.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+    return data.view("<u4").reshape(len(chunk), int(widths[0]) // 4)
