@@ -261,6 +261,18 @@ class Lakehouse:
         return done[t.identifier]
 
 
+def first_changed_crawl(
+    recorded: Mapping[str, str] | None, current: Mapping[str, str], stored: Iterable[str] = ()
+) -> str | None:
+    """The earliest crawl an incremental global step must recompute from (a row of crawl k depends only on crawls
+    <= k): the earliest whose fingerprint (`Lakehouse.crawl_fingerprints`) differs from the `recorded` one (added,
+    rewritten or gone); without a usable record, the earliest crawl of `current` and `stored` (the output's own
+    crawls); None when nothing changed."""
+    if recorded is None:
+        return min({*current, *stored}, default=None)
+    return min((c for c in {*recorded, *current} if recorded.get(c) != current.get(c)), default=None)
+
+
 def _identifier(t: TableDef) -> str:
     if not isinstance(t, TableDef):
         raise TypeError(f"tables are named by their TableDef (iceberg_catalog.schemas), got {t!r}")

@@ -49,6 +49,7 @@ from iceberg_catalog import (
     TaskResult,
     WrittenFiles,
 )
+from iceberg_catalog.lakehouse import first_changed_crawl
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, RAW_WARC_RECORDS
 
 SCHEMA = CURATED_DOCUMENTS.arrow_schema
@@ -350,17 +351,10 @@ def recorded_fingerprints(summary: Mapping[str, str], provenance: Provenance) ->
 def crawls_to_recompute(
     recorded: Mapping[str, str] | None, current: Mapping[str, str], stored: Iterable[str]
 ) -> list[str]:
-    """The crawls whose partitions a run replaces: every crawl (stored or current) without a usable record;
-    else every crawl from the earliest one whose files changed (added, rewritten or gone) on, since a row of
-    crawl k depends only on crawls <= k; none when nothing changed."""
-    crawls = set(current) | set(stored)
-    if recorded is None:
-        return sorted(crawls)
-    changed = [c for c in set(recorded) | set(current) if recorded.get(c) != current.get(c)]
-    if not changed:
-        return []
-    first = min(changed)
-    return sorted(c for c in crawls if c >= first)
+    """The crawls whose partitions a run replaces: every crawl (stored or current) from the first changed one
+    (`first_changed_crawl`) on; none when nothing changed."""
+    first = first_changed_crawl(recorded, current, stored)
+    return [] if first is None else sorted(c for c in {*current, *stored} if c >= first)
 
 
 def exact_scope(lakehouse: Lakehouse, fingerprints: Mapping[str, str], provenance: Provenance) -> list[str]:

@@ -58,6 +58,7 @@ from assets.dedup.near_plan import (
 )
 from assets.dedup.shuffle import delete_all
 from iceberg_catalog import CommitResult, Lakehouse, Provenance, TaskResult, config_hash
+from iceberg_catalog.lakehouse import first_changed_crawl
 from iceberg_catalog.schemas import (
     DEDUP_MINHASH_BANDS,
     DEDUP_MINHASH_SIGNATURES,
@@ -111,11 +112,7 @@ def first_changed(
 ) -> str | None:
     """The earliest crawl whose inputs differ from those of the table's last commit (new, changed or gone);
     every crawl when the table has no such record or was made with another config; None when nothing changed."""
-    previous = previous_inputs(lakehouse, snapshots, params)
-    if previous is None:
-        return min(fingerprints, default=None)
-    changed = {c for c in set(fingerprints) | set(previous) if fingerprints.get(c) != previous.get(c)}
-    return min(changed, default=None)
+    return first_changed_crawl(previous_inputs(lakehouse, snapshots, params), fingerprints)
 
 
 def previous_inputs(
