@@ -134,8 +134,22 @@ class LoggedExecutor:
 
 
 def near_metadata(stats: dict, stages, commit, upstream: dict, seconds: float) -> dict:
-    """Counts of the clustering, near duplicates per crawl, and what each stage cost."""
-    counts = ("documents", "bands", "candidate_pairs", "verified_pairs", "clusters", "near_duplicates", "rounds")
+    """Counts of the clustering (with the band rows read, and of the earlier crawls' how many the added crawls'
+    filter sent on), near duplicates per crawl, and what each stage cost."""
+    counts = (
+        "documents",
+        "bands",
+        "band_ranges",
+        "partitions",
+        "band_rows_read",
+        "earlier_band_rows_read",
+        "earlier_band_rows_sent",
+        "candidate_pairs",
+        "verified_pairs",
+        "clusters",
+        "near_duplicates",
+        "rounds",
+    )
     return {
         "dagster/row_count": commit.rows,
         **{k: stats[k] for k in counts},

@@ -172,11 +172,11 @@ def execute(p: NearDuplicatePlan, executor) -> NearDuplicateResult:
         return results
 
     parts = range(p.parts)
-    band_files = (scatter(p, stage, scratch),)
+    band_files, sent = scatter(p, stage, scratch)
     cand = stage(
         "candidates",
         candidates_task,
-        [Task(b * p.ranges + r, p, band_files, band=b) for b in range(p.bands) for r in range(p.ranges)],
+        [Task(b * p.ranges + r, p, (band_files,), band=b) for b in range(p.bands) for r in range(p.ranges)],
     )
     cand_files = (outputs(cand, "pairs"),)
     pairs = stage("pairs", pairs_task, [Task(i, p, cand_files) for i in parts])
@@ -196,26 +196,33 @@ def execute(p: NearDuplicatePlan, executor) -> NearDuplicateResult:
         labels = stage("propagate", propagate_task, [Task(i, p, inputs, step=rounds) for i in parts])
     grouped = stage("regroup", regroup_task, [Task(i, p, (outputs(labels, "labels"),)) for i in parts])
     rows = stage("rows", rows_task, [Task(i, p, (outputs(grouped, "clusters"),)) for i in parts])
-    stats = totals(p, pairs, edges, rows, rounds)
+    stats = {**totals(p, pairs, edges, rows, rounds), **sent}
     return NearDuplicateResult(tuple(rows), stats, tuple(merge_rounds(stages)), tuple(scratch))
 
 
-def scatter(p: NearDuplicatePlan, stage: Callable, scratch: list[str]) -> tuple[str, ...]:
-    """Stage 1's first half: the band rows to their (band, range) partitions; the scratch files it wrote. When
-    earlier crawls are frozen (an incremental run), the added crawls' files go first and build the filter of
-    their band hashes, and the earlier crawls' files send on only the rows it may hold."""
+def scatter(p: NearDuplicatePlan, stage: Callable, scratch: list[str]) -> tuple[tuple[str, ...], dict[str, int]]:
+    """Stage 1's first half: the band rows to their (band, range) partitions; the scratch files it wrote, and the
+    band rows read and sent on (of the recomputed crawls; of the earlier crawls). When earlier crawls are frozen
+    (an incremental run), the added crawls' files go first and build the filter of their band hashes, and the
+    earlier crawls' files send on only the rows it may hold."""
     files = p.lakehouse.slices(DEDUP_MINHASH_BANDS, p.snapshot(DEDUP_MINHASH_BANDS), None, SCATTER_COLUMNS)
     crawl = DEDUP_MINHASH_BANDS.partition_by.index("crawl")
     earlier = [s for s in files if str(s.files[0].file.partition[crawl]) < p.first]
     added = [s for s in files if str(s.files[0].file.partition[crawl]) >= p.first]
-    if not earlier:
-        return outputs(stage("scatter", scatter_task, [Task(i, p, source=s) for i, s in enumerate(files)]), "bands")
-    words = bloom.size_for(sum(f.file.record_count for s in added for f in s.files))
+    words = bloom.size_for(sum(f.file.record_count for s in added for f in s.files)) if earlier else 0
     new = stage("scatter", scatter_task, [Task(i, p, source=s, filter_words=words) for i, s in enumerate(added)])
-    union = merge_filters(p, words, outputs(new, "filter"))
-    scratch.append(union)
-    tasks = [Task(len(added) + i, p, ((union,),), source=s) for i, s in enumerate(earlier)]
-    return outputs(new, "bands") + outputs(stage("scatter-earlier", scatter_task, tasks), "bands")
+    old: list[TaskResult] = []
+    if earlier:
+        union = merge_filters(p, words, outputs(new, "filter"))
+        scratch.append(union)
+        tasks = [Task(len(added) + i, p, ((union,),), source=s) for i, s in enumerate(earlier)]
+        old = stage("scatter-earlier", scatter_task, tasks)
+    return outputs(new, "bands") + outputs(old, "bands"), rows_sent(new, "") | rows_sent(old, "earlier_")
+
+
+def rows_sent(results: Sequence[TaskResult], prefix: str) -> dict[str, int]:
+    """Band rows the scatter tasks read and sent on."""
+    return {f"{prefix}band_rows_{k}": sum(int(r.stats[f"rows_{k}"]) for r in results) for k in ("read", "sent")}
 
 
 def outputs(results: Sequence[TaskResult], name: str) -> tuple[str, ...]:
@@ -310,4 +317,5 @@ def empty_stats(p: NearDuplicatePlan) -> dict:
         "near_duplicates_by_crawl": {},
         "rows": 0,
         "rounds": 0,
+        **{f"{w}band_rows_{k}": 0 for w in ("", "earlier_") for k in ("read", "sent")},
     }

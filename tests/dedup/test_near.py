@@ -144,6 +144,11 @@ def test_a_new_crawl_rewrites_only_its_own_rows(lakehouse):
     result = near.execute(plan, InProcessExecutor())
     earlier = next(s for s in result.stages if s.name == "scatter-earlier")  # CRAWL-A's rows through the filter
     assert earlier.tasks == len(data_files_of(lakehouse, DEDUP_MINHASH_BANDS, "CRAWL-A"))
+    crawls = lakehouse.scan(DEDUP_MINHASH_BANDS, ["crawl"]).column(0).to_pylist()
+    band_rows = {c: crawls.count(f"CRAWL-{c}") for c in "AB"}
+    read, sent = result.stats["earlier_band_rows_read"], result.stats["earlier_band_rows_sent"]
+    assert read == band_rows["A"] and 0 < sent < read  # only the rows that may pair with CRAWL-B's go on
+    assert result.stats["band_rows_read"] == result.stats["band_rows_sent"] == band_rows["B"]
     near.commit(lakehouse, plan, result, PROV)
     stats, rows = result.stats, rows_of(lakehouse)
     assert rows == reference_rows(lakehouse) and stats["recomputed_crawls"] == ["CRAWL-B"]
