@@ -31,13 +31,16 @@ present (../shared/data) it also prints both sides' extraction F1 on the Scrapin
 
     python bench/curate.py [--crawl data/sample_crawl] [--copies 1] [--large-copies 4] [--real-pages 990]
                            [--repeats 3] [--workers 1] [--no-f1] [--no-datatrove]
-    python bench/curate.py --partition-overhead 6 [--crawl data/sample_crawl]
+    python bench/curate.py --partition-overhead 6 [--ray] [--crawl data/sample_crawl]
 
 `--partition-overhead N` measures only what a partition costs beyond its documents: N partitions curated one
 after another in one process (`pipeline.curate_records`, as the curate task runs them, two chunks each), with 1
 and with 2 worker processes: the first partition's wall time (start-up: models, the extraction child, the
 pool), the later ones' with two real pages, and with two records decided before extraction (HTTP 404: no model
 is reached, so their time is the per-partition overhead itself). Nothing else runs (no Dagster, no catalog).
+With `--ray` the same partitions are Ray tasks through `RayExecutor` on a real 2-slot cluster on loopback (as
+tests/cluster): in turn in one job, all at once in one job, and each in a new job (a driver per Dagster run);
+each line shows the pid of the Ray worker that ran it and whether that process had run one before.
 
 `--extractor resiliparse` runs our curate job with that extractor; `--extractor trafilatura --extractor
 resiliparse` runs both in each round (the first is the one the tables compare, the other gets its own rows and
@@ -63,6 +66,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -393,28 +397,112 @@ def child_main(step: str, crawl: Path, home: Path, workers: int, extractor: str)
     print(json.dumps(out))
 
 
+def overhead_records(crawl: Path) -> dict[str, list[dict]]:
+    """The two partitions' records: two real pages, and the same two refused before extraction (HTTP 404)."""
+    from bench.multilingual import read_records  # ours only in the children
+
+    pages = [r for path in warc_paths(crawl) for r in read_records(path, path.stem)][:2]
+    return {"pages": pages, "refused": [{**r, "http_status": 404} for r in pages]}
+
+
+def curate_partition(records: list[dict], workers: int, lm_path: str) -> float:
+    """Wall seconds to curate one partition of `records` as the curate task does (two chunks)."""
+    from assets.curated.pipeline import CurateParams, curate_records
+
+    t0 = time.perf_counter()
+    rows = [
+        row
+        for chunk in curate_records([records[:1], records[1:]], CurateParams(workers=workers), lm_path)
+        for row in chunk
+    ]
+    assert len(rows) == len(records), rows
+    return time.perf_counter() - t0
+
+
 def overhead_main(crawl: Path, workers: int, partitions: int) -> None:
     """`partitions` two-chunk partitions of two pages, then of two refused records, curated one after another in
     this process with `workers`; prints one JSON line with each partition's wall seconds."""
-    from assets.curated.pipeline import CurateParams, curate_records  # ours only in this child
-    from bench.multilingual import read_records, reference_lm
+    from bench.multilingual import reference_lm
 
-    pages = [r for path in warc_paths(crawl) for r in read_records(path, path.stem)][:2]
-    refused = [{**r, "http_status": 404} for r in pages]
-    params, lm = CurateParams(workers=workers), reference_lm()
+    lm = reference_lm()
     out: dict = {"workers": workers}
-    for name, records in (("pages", pages), ("refused", refused)):
-        out[name] = []
-        for _ in range(partitions):
-            t0 = time.perf_counter()
-            rows = [row for chunk in curate_records([records[:1], records[1:]], params, lm) for row in chunk]
-            out[name].append(time.perf_counter() - t0)
-            assert len(rows) == len(records), rows
+    for name, records in overhead_records(crawl).items():
+        out[name] = [curate_partition(records, workers, lm) for _ in range(partitions)]
     print(json.dumps(out))
 
 
-def run_partition_overhead(crawl: Path, partitions: int) -> int:
-    """The per-partition overhead table, 1 and 2 workers, each in a fresh process."""
+# ---- the same partitions as Ray tasks on a real cluster (`--ray`) --------------------------------------------
+
+_TASKS_RUN = 0  # in a Ray worker process: the overhead tasks it ran before the current one
+
+
+@dataclass(frozen=True)
+class OverheadTask:
+    """One partition of the overhead bench as a Ray task (`overhead_task`)."""
+
+    index: int
+    kind: str  # pages | refused
+    records: tuple
+    workers: int
+    lm_path: str
+
+
+def overhead_task(task: OverheadTask) -> dict:
+    """On a Ray worker: the partition's wall seconds, with the worker's pid and how many partitions that process
+    had curated before (0: it paid the start-up)."""
+    global _TASKS_RUN
+    seconds = curate_partition(list(task.records), task.workers, task.lm_path)
+    before, _TASKS_RUN = _TASKS_RUN, _TASKS_RUN + 1
+    return {"index": task.index, "kind": task.kind, "pid": os.getpid(), "before": before, "seconds": seconds}
+
+
+def ray_overhead_main(crawl: Path, workers: int, partitions: int) -> None:
+    """The overhead partitions through `RayExecutor` on a real 2-slot cluster (2 nodes of 1 CPU, loopback, as
+    tests/cluster): one after another in one job, `partitions` at once, and one job per partition (a driver per
+    Dagster run); prints one JSON line: per scenario, each task's result and its round trip seconds."""
+    become_subreaper()  # what a Ray worker leaves behind is re-parented here and counted (`lingering_children`)
+    # Imported from bench.curate, not used as __main__'s: pickled by reference, so a worker imports the module
+    # once and its task counter (`_TASKS_RUN`) lives across tasks (a by-value copy would start at 0 each time).
+    from bench.curate import OverheadTask, overhead_task
+    from bench.multilingual import reference_lm
+    from resources.executor import RayExecutor, disconnect_ray
+    from tests.cluster.ray_cluster import as_driver, ray_cluster
+
+    lm, records = reference_lm(), overhead_records(crawl)
+    tasks = {k: [OverheadTask(i, k, tuple(r), workers, lm) for i in range(partitions)] for k, r in records.items()}
+    out: dict = {"workers": workers, "slots": 2}
+
+    def one_by_one(new_job: bool) -> list[dict]:
+        res = []
+        for task in tasks["pages"] + tasks["refused"]:
+            if new_job:
+                disconnect_ray()  # the next map connects a new driver: a new Ray job
+            t0 = time.perf_counter()
+            [r] = ex.map(overhead_task, [task])
+            res.append({**r, "round_trip": time.perf_counter() - t0})
+        return res
+
+    def at_once() -> list[dict]:
+        res = []
+        for kind in ("pages", "refused"):
+            t0 = time.perf_counter()
+            got = sorted(ex.map(overhead_task, tasks[kind]), key=lambda r: r["index"])
+            res += [{**r, "round_trip": time.perf_counter() - t0} for r in got]  # the whole map's
+        return res
+
+    with ray_cluster(workers=1, cpus_per_node=1) as cluster, as_driver(cluster):
+        ex = RayExecutor(cluster.address, max_retries=0)
+        out["one_job_in_turn"] = one_by_one(new_job=False)
+        out["one_job_at_once"] = at_once()
+        out["job_per_partition"] = one_by_one(new_job=True)
+    out["lingering_children"] = reap_all()
+    print(json.dumps(out))
+
+
+def run_partition_overhead(crawl: Path, partitions: int, ray: bool = False) -> int:
+    """The per-partition overhead table, 1 and 2 workers, each in a fresh process (`ray`: on a Ray cluster)."""
+    if ray:
+        return run_ray_overhead(crawl, partitions)
     print(f"per-partition overhead: {partitions} partitions in one process, two chunks of one record each ({crawl})")
     print(f"  {'workers':<9}{'first (start-up)':>18}{'later, 2 pages':>16}{'later, 2 refused':>18}")
     for workers in (1, 2):
@@ -427,6 +515,38 @@ def run_partition_overhead(crawl: Path, partitions: int) -> int:
             f"{[round(x, 3) for x in res['refused']]}"
         )
     return 0
+
+
+RAY_SCENARIOS = {
+    "one_job_in_turn": "one job, one partition after another",
+    "one_job_at_once": "one job, all partitions of a kind at once (round trip: the whole map)",
+    "job_per_partition": "a new job (driver) per partition, as one Dagster run per partition",
+}
+
+
+def run_ray_overhead(crawl: Path, partitions: int) -> int:
+    """Per scenario, each partition's seconds in its task (refused: the overhead itself), the pid that ran it and
+    whether that process had run one before; then the medians, cold (first in its process) and warm."""
+    print(f"per-partition overhead on Ray: 2 slots (2 nodes x 1 CPU, loopback), {partitions} partitions of each kind")
+    for workers in (1, 2):
+        cmd = child_command(__file__, "ray_overhead", crawl=crawl, workers=workers, partition_overhead=partitions)
+        res, wall, _ = run_json_child(cmd, repo_env(), f"ray overhead ({workers} workers)")
+        print(f"workers={workers} (child {wall:.0f} s, lingering processes {res['lingering_children']})")
+        for name, title in RAY_SCENARIOS.items():
+            print(f"  {title}:")
+            for r in res[name]:
+                state = "cold" if r["before"] == 0 else f"warm ({r['before']} before)"
+                print(f"    {r['kind']:<8}{r['index']:>2}  pid {r['pid']:<8}{state:<16}{r['seconds']:>8.3f}s in task"
+                      f"{r['round_trip']:>8.3f}s round trip")  # fmt: skip
+            for kind in ("pages", "refused"):
+                cold = [r["seconds"] for r in res[name] if r["kind"] == kind and r["before"] == 0]
+                warm = [r["seconds"] for r in res[name] if r["kind"] == kind and r["before"] > 0]
+                print(f"    {kind}: cold {len(cold)}, median {_median(cold)}; warm {len(warm)}, median {_median(warm)}")
+    return 0
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f}s" if values else "-"
 
 
 def run_bare(crawl: Path) -> dict:
@@ -565,7 +685,14 @@ def main() -> int:
         "tables compare; the others get their own rows and their keep decisions are compared with it)",
     )
     parser.add_argument(
-        "--child", choices=["ingest", "models", "curate", "bare", "overhead", "dump"], help=argparse.SUPPRESS
+        "--ray",
+        action="store_true",
+        help="with --partition-overhead: run the partitions as Ray tasks on a real 2-slot cluster on loopback",
+    )
+    parser.add_argument(
+        "--child",
+        choices=["ingest", "models", "curate", "bare", "overhead", "ray_overhead", "dump"],
+        help=argparse.SUPPRESS,
     )
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -577,8 +704,11 @@ def main() -> int:
     if args.child == "overhead":
         overhead_main(crawl, args.workers, args.partition_overhead)
         return 0
+    if args.child == "ray_overhead":
+        ray_overhead_main(crawl, args.workers, args.partition_overhead)
+        return 0
     if args.partition_overhead:
-        return run_partition_overhead(crawl, args.partition_overhead)
+        return run_partition_overhead(crawl, args.partition_overhead, args.ray)
     if args.child:
         child_main(args.child, crawl, args.home, args.workers, args.extractor[0])
         return 0
