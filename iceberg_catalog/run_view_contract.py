@@ -170,7 +170,7 @@ def update_samples_digest(h, table: pa.Table) -> None:
     """Feed the lines of `table`'s samples (in its row order) to the running sha256 `h`: a view's digest is the
     same whether its rows arrive as one table or as consecutive pieces. Without nulls the lines are built by
     Arrow and hashed per chunk (the same bytes: integers cast to strings print as str(int))."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # here, not at import: the loader imports this module at start-up
 
     cols = [table.column(c) for c in SAMPLE_DIGEST_COLUMNS]
     if any(c.null_count for c in cols):  # the per-row path spells nulls as Python does

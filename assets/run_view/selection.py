@@ -162,6 +162,7 @@ class Selection:
 
 
 def in_process(fn: Callable, tasks: Sequence) -> list:
+    """The default executor: every task in this process, in plan order."""
     return [fn(t) for t in tasks]
 
 
@@ -230,6 +231,7 @@ def eligible_task(t: Task) -> TaskResult:
 
 
 def slice_segment(s: ScanSlice) -> tuple[str, str]:
+    """(crawl, segment) of a slice's data files (one partition)."""
     at = [TOKENIZED_DOCUMENTS.partition_by.index(c) for c in ("crawl", "segment")]
     return tuple(str(s.files[0].file.partition[i]) for i in at)
 
@@ -326,6 +328,7 @@ def key_ranges(keys: Sequence[bytes], ranges: int) -> np.ndarray:
 
 
 def candidates(rows: pa.Table, keys: Sequence[bytes], rep: int, partial: bool) -> pa.Table:
+    """The candidate samples of repetition `rep` of `rows` (eligible documents of one component)."""
     n = rows.num_rows
     return pa.table(
         {
@@ -503,10 +506,12 @@ def write(
 
 
 def scratch_path(p: SelectionPlan, stage: str, index: int) -> str:
+    """Named by stage and task: a retried task overwrites what a killed attempt left."""
     return f"{p.scratch}/{stage}-{index:05d}.parquet"
 
 
 def fs(p: SelectionPlan):
+    """The FileIO of the scratch folder."""
     return p.lakehouse.file_io(p.scratch)
 
 
@@ -518,6 +523,7 @@ def write_scratch(p: SelectionPlan, path: str, table: pa.Table) -> str:
 
 
 def read_scratch(p: SelectionPlan, path: str) -> pa.Table:
+    """A whole scratch file (one segment's eligible documents, or one range's taken keys)."""
     with fs(p).new_input(path).open(seekable=True) as f:
         return pq.read_table(f)
 

@@ -127,3 +127,22 @@ def test_component_of_matches_component_matches(gen_lakehouse):
         next((k for k, c in enumerate(MIX[1:2] + MIX[0:1] + MIX[2:]) if c.matches(d)), -1) for d in docs.to_pylist()
     ]
     assert got.tolist() == want == [0, 0, 2, 1]
+
+
+def test_samples_digest_over_pieces():
+    """The digest streamed over consecutive pieces (how `selection.digest` reads the ordered ranges) is the
+    digest of the whole table and of its rows, a null spelled as the per-row path spells it."""
+    import pyarrow as pa
+
+    from iceberg_catalog.run_view_contract import samples_digest, update_samples_digest
+
+    rows = [
+        {"sample_index": i, "doc_id": f"d{i}", "repetition": i % 2, "n_tokens": 10 + i, "tokens_sha256": "ab"}
+        for i in range(7)
+    ]
+    rows[5]["tokens_sha256"] = None
+    table = pa.Table.from_pylist(rows)
+    h = hashlib.sha256()
+    for start in (0, 3, 6):
+        update_samples_digest(h, table.slice(start, 3))
+    assert h.hexdigest() == samples_digest(table) == samples_digest(rows)
