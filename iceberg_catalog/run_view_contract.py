@@ -153,37 +153,39 @@ def tag_name(run_view_id: str) -> str:
 def samples_digest(rows: Iterable[Mapping[str, object]] | pa.Table) -> str:
     """sha256 over the samples in sample_index order: one line `index, doc_id, repetition, n_tokens,
     tokens_sha256` per sample (the digest the manifest freezes and the loader verifies)."""
-    if isinstance(rows, pa.Table):
-        vectorised = _samples_digest_arrow(rows)
-        if vectorised is not None:
-            return vectorised
-        cols = [rows.column(c).to_pylist() for c in SAMPLE_DIGEST_COLUMNS]
-        rows = (dict(zip(SAMPLE_DIGEST_COLUMNS, values, strict=True)) for values in zip(*cols, strict=True))
     h = hashlib.sha256()
-    for r in rows:
-        h.update(
-            f"{r['sample_index']}\t{r['doc_id']}\t{r['repetition']}\t{r['n_tokens']}\t{r['tokens_sha256']}\n".encode()
-        )
+    if isinstance(rows, pa.Table):
+        update_samples_digest(h, rows)
+    else:
+        for r in rows:
+            h.update(_sample_line(r))
     return h.hexdigest()
 
 
-def _samples_digest_arrow(table: pa.Table) -> str | None:
-    """`samples_digest` of a table without nulls, its lines built by Arrow and hashed in one call (the same bytes:
-    integers cast to strings print as str(int)); None when a column has nulls (the per-row path spells them)."""
-    import pyarrow.compute as pc
+def _sample_line(r: Mapping[str, object]) -> bytes:
+    return f"{r['sample_index']}\t{r['doc_id']}\t{r['repetition']}\t{r['n_tokens']}\t{r['tokens_sha256']}\n".encode()
+
+
+def update_samples_digest(h, table: pa.Table) -> None:
+    """Feed the lines of `table`'s samples (in its row order) to the running sha256 `h`: a view's digest is the
+    same whether its rows arrive as one table or as consecutive pieces. Without nulls the lines are built by
+    Arrow and hashed per chunk (the same bytes: integers cast to strings print as str(int))."""
+    import pyarrow.compute as pc  # here, not at import: the loader imports this module at start-up
 
     cols = [table.column(c) for c in SAMPLE_DIGEST_COLUMNS]
-    if table.num_rows == 0 or any(c.null_count for c in cols):
-        return None
+    if any(c.null_count for c in cols):  # the per-row path spells nulls as Python does
+        for values in zip(*(c.to_pylist() for c in cols), strict=True):
+            h.update(_sample_line(dict(zip(SAMPLE_DIGEST_COLUMNS, values, strict=True))))
+        return
+    if table.num_rows == 0:
+        return
     parts = [c.cast(pa.large_string()) for c in cols]
     lines = pc.binary_join_element_wise(*parts, string_scalar("\t"))  # (pa.scalar would import pandas)
     lines = pc.binary_join_element_wise(lines, string_scalar(""), string_scalar("\n"))
-    h = hashlib.sha256()
     for chunk in lines.chunks:
         offsets = np.frombuffer(chunk.buffers()[1], dtype="<i8", count=len(chunk) + 1, offset=chunk.offset * 8)
         if len(chunk):
             h.update(memoryview(chunk.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
-    return h.hexdigest()
 
 
 def token_dtype(name: str) -> np.dtype:

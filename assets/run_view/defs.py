@@ -5,6 +5,7 @@ No `from __future__ import annotations` in defs modules: Dagster reads config an
 runtime annotations."""
 
 import dataclasses
+from functools import partial
 from typing import Any, Optional
 
 import dagster as dg
@@ -17,12 +18,13 @@ from assets.plots import paired_bars_markdown
 from assets.run_view import policy as mixture_policy
 from assets.run_view import store
 from assets.run_view.mixture import Component, refuse_unvalidated_domains
-from assets.shell import md_table, provenance, table_key
+from assets.shell import md_table, provenance, run_tasks, table_key
 from iceberg_catalog import Lakehouse, Provenance, config_hash
 from iceberg_catalog import schemas as T
 from iceberg_catalog.erasure import erasure
 from iceberg_catalog.run_view_contract import Manifest
 from resources import IcebergCatalogResource
+from resources.executor import TaskExecutorResource
 
 CANDIDATE = dg.AssetKey(["run_view", "candidate"])  # writes two tables: a key of its own
 # the tables a candidate reads whose writers it depends on (store.INPUT_TABLES; quarantine.screenings is written
@@ -141,11 +143,15 @@ def refuse_unvalidated_domain_filters(spec: store.RunViewSpec) -> None:
     pool="iceberg_run_view",
 )
 def candidate(
-    context: dg.AssetExecutionContext, config: RunViewConfig, catalog: IcebergCatalogResource
+    context: dg.AssetExecutionContext,
+    config: RunViewConfig,
+    catalog: IcebergCatalogResource,
+    executor: TaskExecutorResource,
 ) -> dg.MaterializeResult:
     """A run view candidate: tokenized documents selected by the mixture at pinned input snapshots (kept, not
     duplicated, not quarantined), in canonical order (run_view.samples), and its frozen manifest with status
-    `candidate` (run_view.manifests). Publish it with the publish_run_view job."""
+    `candidate` (run_view.manifests), selected and written as tasks on the executor. Publish it with the
+    publish_run_view job."""
     lakehouse = catalog.lakehouse()
     if config.rebuild_of:
         spec, stamp = rebuild_spec(context, lakehouse, config.rebuild_of)
@@ -154,7 +160,8 @@ def candidate(
     refuse_unvalidated_domain_filters(spec)
     prov = provenance(context, CANDIDATE, spec.config(), extra=stamp)
     policy = mixture_policy.manifest_policy(stamp)
-    result = store.build_candidate(lakehouse, spec, prov, supersedes=config.rebuild_of, policy=policy)
+    tasks = partial(run_tasks, context, executor.executor())
+    result = store.build_candidate(lakehouse, spec, prov, supersedes=config.rebuild_of, policy=policy, executor=tasks)
     m = Manifest.from_dict(result.manifest)
     context.log.info(
         "run view %s (%s): %d samples, %d tokens, sha256 %s",

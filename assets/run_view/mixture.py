@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from assets.knobs import knob
 
 # Columns of tokenized.documents a component may filter on (the mixture labels and the partition columns).
@@ -132,11 +134,18 @@ def seeded_key(seed: int, doc_id: str, repetition: int = 0) -> bytes:
     return hashlib.sha256(f"{seed}:{repetition}:{doc_id}".encode()).digest()
 
 
-def assign_components(docs: Sequence[Mapping[str, object]], components: Sequence[Component]) -> dict[str, list]:
-    """Pools: each document goes to the first component it matches; unmatched documents are left out."""
+def check_components(components: Sequence[Component]) -> None:
+    """A mixture has at least one component, each named once."""
+    if not components:
+        raise MixtureError("a run view needs at least one mixture component")
     names = [c.name for c in components]
     if len(set(names)) != len(names):
         raise MixtureError(f"component names must be unique, got {names}")
+
+
+def assign_components(docs: Sequence[Mapping[str, object]], components: Sequence[Component]) -> dict[str, list]:
+    """Pools: each document goes to the first component it matches; unmatched documents are left out."""
+    check_components(components)
     pools: dict[str, list] = {c.name: [] for c in components}
     for doc in docs:
         for c in components:
@@ -152,19 +161,36 @@ def feasible_budget(pool_tokens: Mapping[str, int], components: Sequence[Compone
     return int(min(pool_tokens[c.name] * c.max_repetitions * total_weight / c.weight for c in components))
 
 
-def select(
-    docs: Sequence[Mapping[str, object]], components: Sequence[Component], seed: int, token_budget: int | None = None
-) -> tuple[list[Sample], list[Realised]]:
-    """The samples of a run view (in canonical order) and the realised mixture per component.
+@dataclass(frozen=True)
+class Fill:
+    """How one component is filled: `full` passes over its pool, then (when `partial`) a first-fit pass of
+    repetition `full` in seeded order over the pool while its `remaining` tokens allow. Decided from the pools'
+    totals alone, so a sharded build decides it before any task sees a sample."""
 
-    `docs` need `doc_id`, `n_tokens` and the filter columns."""
-    if not components:
-        raise MixtureError("a run view needs at least one mixture component")
-    pools = assign_components(docs, components)
+    component: Component
+    requested_share: float
+    pool_documents: int
+    pool_tokens: int
+    full: int
+    remaining: float  # tokens left for the partial pass, plus half a token of slack
+
+    @property
+    def partial(self) -> bool:
+        return self.full < self.component.max_repetitions and self.remaining > 0
+
+
+def plan_fills(
+    components: Sequence[Component],
+    pool_documents: Mapping[str, int],
+    pool_tokens: Mapping[str, int],
+    token_budget: int | None = None,
+) -> list[Fill]:
+    """Each component's fill from its pool's documents and tokens (MixtureError when the mixture cannot be
+    realised: an empty pool, a budget beyond what the pools serve)."""
+    check_components(components)
     for c in components:
-        if not pools[c.name]:
+        if not pool_documents[c.name]:
             raise MixtureError(f"component {c.name!r} matches no eligible document (filters {c.as_dict()['filters']})")
-    pool_tokens = {name: sum(int(d["n_tokens"]) for d in pool) for name, pool in pools.items()}
     limit = feasible_budget(pool_tokens, components)
     if token_budget is not None:
         if token_budget <= 0:
@@ -178,49 +204,86 @@ def select(
             )
     budget = token_budget if token_budget is not None else limit
     total_weight = sum(c.weight for c in components)
-    samples: list[Sample] = []
-    realised: list[Realised] = []
+    fills = []
     for c in components:
         target = budget * c.weight / total_weight
-        chosen = _fill(pools[c.name], c, seed, target)
-        samples += chosen
-        realised.append(
-            Realised(
-                component=c.name,
-                requested_share=c.weight / total_weight,
-                token_share=0.0,
-                document_share=0.0,
-                documents=len(chosen),
-                tokens=sum(s.n_tokens for s in chosen),
-                pool_documents=len(pools[c.name]),
-                pool_tokens=pool_tokens[c.name],
-                repetitions=1 + max((s.repetition for s in chosen), default=-1),
-            )
+        tokens = pool_tokens[c.name]
+        # half a token of slack: the budget is an integer, so the binding component's target can fall a
+        # fraction of a token short of its full passes
+        full = min(int((target + 0.5) // tokens), c.max_repetitions)
+        fills.append(
+            Fill(c, c.weight / total_weight, pool_documents[c.name], tokens, full, target - full * tokens + 0.5)
         )
-    total_tokens = sum(r.tokens for r in realised) or 1
-    total_docs = sum(r.documents for r in realised) or 1
-    realised = [
-        Realised(**{**r.__dict__, "token_share": r.tokens / total_tokens, "document_share": r.documents / total_docs})
-        for r in realised
+    return fills
+
+
+def first_fit(n_tokens: np.ndarray, remaining: float) -> tuple[np.ndarray, float]:
+    """Which documents (token counts in seeded order) the partial pass takes: each one that still fits, in order;
+    and the tokens left. Exact in float: every difference of `remaining` and integers stays representable."""
+    n = np.asarray(n_tokens, np.int64)
+    taken = np.zeros(len(n), bool)
+    fits = np.cumsum(n) <= remaining  # the leading run that fits, at once
+    k = len(n) if fits.all() else int(np.argmin(fits))
+    taken[:k] = True
+    remaining -= int(n[:k].sum())
+    for j in (np.flatnonzero(n[k:] <= remaining) + k).tolist():  # R only falls: larger ones never fit again
+        if n[j] <= remaining:
+            taken[j] = True
+            remaining -= int(n[j])
+    return taken, remaining
+
+
+def realise(fills: Sequence[Fill], documents: Sequence[int], tokens: Sequence[int], passes: Sequence[int]) -> list:
+    """The realised mixture: per component its samples, their tokens and the passes started over its pool."""
+    total_tokens = sum(tokens) or 1
+    total_docs = sum(documents) or 1
+    return [
+        Realised(
+            component=f.component.name,
+            requested_share=f.requested_share,
+            token_share=t / total_tokens,
+            document_share=d / total_docs,
+            documents=d,
+            tokens=t,
+            pool_documents=f.pool_documents,
+            pool_tokens=f.pool_tokens,
+            repetitions=p,
+        )
+        for f, d, t, p in zip(fills, documents, tokens, passes, strict=True)
     ]
+
+
+def select(
+    docs: Sequence[Mapping[str, object]], components: Sequence[Component], seed: int, token_budget: int | None = None
+) -> tuple[list[Sample], list[Realised]]:
+    """The samples of a run view (in canonical order) and the realised mixture per component, in one process
+    (`assets.run_view.selection` computes the same samples as tasks).
+
+    `docs` need `doc_id`, `n_tokens` and the filter columns."""
+    check_components(components)
+    pools = assign_components(docs, components)
+    pool_tokens = {name: sum(int(d["n_tokens"]) for d in pool) for name, pool in pools.items()}
+    fills = plan_fills(components, {name: len(pool) for name, pool in pools.items()}, pool_tokens, token_budget)
+    chosen = [_fill(pools[f.component.name], f, seed) for f in fills]
+    realised = realise(
+        fills,
+        [len(c) for c in chosen],
+        [sum(s.n_tokens for s in c) for c in chosen],
+        [1 + max((s.repetition for s in c), default=-1) for c in chosen],
+    )
+    samples = [s for c in chosen for s in c]
     samples.sort(key=lambda s: seeded_key(seed, s.doc_id, s.repetition))
     return samples, realised
 
 
-def _fill(pool: Sequence[Mapping[str, object]], c: Component, seed: int, target: float) -> list[Sample]:
-    """Full passes over the pool while they fit, then a first-fit partial pass in seeded order."""
-    pool_tokens = sum(int(d["n_tokens"]) for d in pool)
-    # half a token of slack: the budget is an integer, so the binding component's target can fall a
-    # fraction of a token short of its full passes
-    full = min(int((target + 0.5) // pool_tokens), c.max_repetitions)
-    chosen = [Sample(str(d["doc_id"]), c.name, rep, int(d["n_tokens"])) for rep in range(full) for d in pool]
-    remaining = target - full * pool_tokens + 0.5
-    if full < c.max_repetitions and remaining > 0:
-        for d in sorted(pool, key=lambda d: seeded_key(seed, str(d["doc_id"]), full)):
-            n = int(d["n_tokens"])
-            if n <= remaining:
-                chosen.append(Sample(str(d["doc_id"]), c.name, full, n))
-                remaining -= n
+def _fill(pool: Sequence[Mapping[str, object]], f: Fill, seed: int) -> list[Sample]:
+    """Full passes over the pool, then a first-fit partial pass in seeded order."""
+    name = f.component.name
+    chosen = [Sample(str(d["doc_id"]), name, rep, int(d["n_tokens"])) for rep in range(f.full) for d in pool]
+    if f.partial:
+        order = sorted(pool, key=lambda d: seeded_key(seed, str(d["doc_id"]), f.full))
+        taken, _ = first_fit(np.array([int(d["n_tokens"]) for d in order], np.int64), f.remaining)
+        chosen += [Sample(str(d["doc_id"]), name, f.full, int(d["n_tokens"])) for d, t in zip(order, taken) if t]
     return chosen
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,10 +27,12 @@ from assets.dedup.splits import (
     split_of,
 )
 from assets.knobs import knob
+from assets.run_view import selection
 from assets.run_view.layout import publish_layout
 from assets.run_view.mixture import Component, Realised, select, within_tolerance
+from assets.run_view.selection import EXCLUSION_REASONS, SAMPLE_FIELDS
 from assets.tokenized.tokens import check_rows
-from iceberg_catalog import Lakehouse, Provenance
+from iceberg_catalog import CommitResult, Lakehouse, Provenance
 from iceberg_catalog.run_view_contract import (
     FORMAT,
     STATUSES,
@@ -61,22 +65,7 @@ INPUT_TABLES = (
     *(CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES),
     *(QUARANTINE_EVAL_ITEMS, QUARANTINE_MATCHES, QUARANTINE_SCREENINGS),
 )
-SAMPLE_FIELDS = (
-    "doc_id",
-    "record_id",
-    "deletion_key",
-    "crawl",
-    "segment",
-    "n_tokens",
-    "tokens_sha256",
-    "language",
-    "ppl_bucket",
-    "host",
-    "domain_class",
-    "domain_confidence",  # read for mixture filters (min_domain_confidence); samples do not store it
-)
 TOKENIZER_FIELDS = ("tokenizer_id", "name", "vocab_size", "eos_id", "token_dtype")
-EXCLUSION_REASONS = ("not_kept", "exact_duplicate", "near_duplicate", "eval_contaminated")
 CHECKS = ("non_empty", "checksums_verified", "shares_within_tolerance", "quarantine_clean")
 # the columns of a manifests row fixed when the candidate is built; only the lifecycle columns change after
 FROZEN_COLUMNS = frozenset(
@@ -319,34 +308,22 @@ def _split_fields(split: Mapping | None) -> dict:
     }
 
 
-def build_manifest(
-    lakehouse: Lakehouse,
+def assemble_manifest(
     spec: RunViewSpec,
     provenance: Provenance,
     pinned: Mapping[str, int | None],
+    tok: Mapping,
+    realised: Sequence[Realised],
+    samples: Mapping[str, object],
+    exclusions: Mapping[str, int],
+    quarantine: Mapping,
     supersedes: str | None = None,
     policy: Mapping[str, str] | None = None,
-) -> tuple[dict, list[dict], list[Realised], dict[str, dict]]:
-    """Select the samples at the pinned snapshots: (manifest, sample rows in canonical order, realised mixture,
-    the selected documents by doc_id). `policy`: the mixture policy that decided the components ({version,
-    sha256}: `mixture/<n>` or `mixture/adhoc`), recorded in the manifest."""
-    tok = resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
-    docs, exclusions = eligible_documents(lakehouse, pinned, tok["tokenizer_id"], spec.split, spec.split_params())
-    samples, realised = select(docs, spec.components, spec.seed, spec.token_budget)
-    by_id = {d["doc_id"]: d for d in docs}
-    rows = [
-        {
-            "sample_index": i,
-            "doc_id": s.doc_id,
-            "repetition": s.repetition,
-            "component": s.component,
-            "n_tokens": s.n_tokens,
-            "tokens_sha256": by_id[s.doc_id]["tokens_sha256"],
-        }
-        for i, s in enumerate(samples)
-    ]
-    segments = (f"{by_id[s.doc_id]['crawl']}/{by_id[s.doc_id]['segment']}" for s in samples)
-    manifest = {
+) -> dict:
+    """The manifest of a view from what its selection found: `samples` is its {n_samples, n_tokens, n_documents,
+    sha256}. `policy`: the mixture policy that decided the components ({version, sha256}: `mixture/<n>` or
+    `mixture/adhoc`)."""
+    return {
         "format": FORMAT,
         "name": spec.name,
         "tokenizer": {k: tok[k] for k in TOKENIZER_FIELDS},
@@ -364,14 +341,9 @@ def build_manifest(
             "eos_id": tok["eos_id"],
             "cross_document_attention": spec.cross_document_attention,
         },
-        "samples": {
-            "n_samples": len(rows),
-            "n_tokens": sum(r["n_tokens"] for r in rows),
-            "n_documents": len({r["doc_id"] for r in rows}),
-            "sha256": samples_digest(rows),
-        },
-        "exclusions": exclusions,
-        "quarantine": quarantine_report(lakehouse, pinned, segments, exclusions["eval_contaminated"]),
+        "samples": dict(samples),
+        "exclusions": dict(exclusions),
+        "quarantine": dict(quarantine),
         "code_version": provenance.code_version,
         "config_hash": provenance.config_hash,
         "supersedes": supersedes,
@@ -380,7 +352,6 @@ def build_manifest(
         # the same policy version and inputs give the same id (a rollback finds the old view)
         **({"policy": dict(policy)} if policy is not None else {}),
     }
-    return manifest, rows, realised, by_id
 
 
 def build_candidate(
@@ -390,22 +361,100 @@ def build_candidate(
     pinned: Mapping[str, int | None] | None = None,
     supersedes: str | None = None,
     policy: Mapping[str, str] | None = None,
+    executor: selection.Executor = selection.in_process,
+    samples_per_task: int = selection.SAMPLES_PER_TASK,
 ) -> CandidateResult:
     """Select, hash and write a candidate run view; an existing view with the same id is returned untouched.
     `supersedes` names the view this one replaces (a rebuild after a deletion); `policy` the mixture policy
-    version that decided its components (in the manifest; the snapshots carry it via `provenance`)."""
+    version that decided its components (in the manifest; the snapshots carry it via `provenance`). The
+    selection runs as tasks on `executor` (`assets.run_view.selection`: `executor(fn, tasks)` -> results), each
+    holding one segment or `samples_per_task` samples; a split view is selected in one process (its clusters
+    are one global mapping until issue 42 stores them)."""
     pinned = dict(pinned or lakehouse.snapshot_ids(INPUT_TABLES))
-    manifest, rows, realised, by_id = build_manifest(lakehouse, spec, provenance, pinned, supersedes, policy)
+    if spec.split is not None:
+        return build_in_one_process(lakehouse, spec, provenance, pinned, supersedes, policy)
+    tok = resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
+    run = uuid.uuid4().hex
+    p, segments = selection.plan(
+        lakehouse, pinned, tok["tokenizer_id"], spec.components, spec.seed, spec.token_budget, run, samples_per_task
+    )
+    chosen = selection.execute(p, segments, executor)
+    try:
+        quarantine = quarantine_report(lakehouse, pinned, chosen.segments, chosen.exclusions["eval_contaminated"])
+        found = (chosen.realised, chosen.samples, chosen.exclusions, quarantine)
+        manifest = assemble_manifest(spec, provenance, pinned, tok, *found, supersedes, policy)
+    except BaseException:
+        selection.discard(p, chosen.scratch_files)
+        raise
+
+    def write(rv_id: str, tokenizer_id: str, prov: Provenance):
+        return selection.write(chosen, rv_id, prov, executor, run)
+
+    discard = partial(selection.discard, p, chosen.scratch_files)
+    return _store_candidate(lakehouse, spec, provenance, pinned, manifest, list(chosen.realised), write, discard)
+
+
+def build_in_one_process(
+    lakehouse: Lakehouse,
+    spec: RunViewSpec,
+    provenance: Provenance,
+    pinned: Mapping[str, int | None],
+    supersedes: str | None = None,
+    policy: Mapping[str, str] | None = None,
+) -> CandidateResult:
+    """`build_candidate` with every document and sample held in this process: split views (their clusters are
+    one mapping), and the baseline bench/run_view_scale.py measures the tasks against."""
+    tok = resolve_tokenizer(lakehouse, spec.tokenizer, pinned[TOKENIZED_TOKENIZERS.identifier])
+    docs, exclusions = eligible_documents(lakehouse, pinned, tok["tokenizer_id"], spec.split, spec.split_params())
+    samples, realised = select(docs, spec.components, spec.seed, spec.token_budget)
+    by_id = {d["doc_id"]: d for d in docs}
+    rows = [
+        {
+            "sample_index": i,
+            "doc_id": s.doc_id,
+            "repetition": s.repetition,
+            "component": s.component,
+            "n_tokens": s.n_tokens,
+            "tokens_sha256": by_id[s.doc_id]["tokens_sha256"],
+        }
+        for i, s in enumerate(samples)
+    ]
+    segments = (f"{by_id[s.doc_id]['crawl']}/{by_id[s.doc_id]['segment']}" for s in samples)
+    summary = {
+        "n_samples": len(rows),
+        "n_tokens": sum(r["n_tokens"] for r in rows),
+        "n_documents": len({r["doc_id"] for r in rows}),
+        "sha256": samples_digest(rows),
+    }
+    quarantine = quarantine_report(lakehouse, pinned, segments, exclusions["eval_contaminated"])
+    found = (realised, summary, exclusions, quarantine)
+    manifest = assemble_manifest(spec, provenance, pinned, tok, *found, supersedes, policy)
+    write = partial(_write_samples, lakehouse, rows=rows, by_id=by_id)
+    return _store_candidate(lakehouse, spec, provenance, pinned, manifest, realised, write, lambda: None)
+
+
+def _store_candidate(
+    lakehouse: Lakehouse,
+    spec: RunViewSpec,
+    provenance: Provenance,
+    pinned: Mapping[str, int | None],
+    manifest: dict,
+    realised: Sequence[Realised],
+    write: Callable[[str, str, Provenance], CommitResult],
+    discard: Callable[[], None],
+) -> CandidateResult:
+    """Hash the manifest, then (unless that view exists) `write` its samples and store its manifests row."""
     frozen = Manifest.from_dict(manifest)
     sha = frozen.sha256
     rv_id = run_view_id(spec.name, sha)
     existing = load_manifest(lakehouse, rv_id)
     if existing is not None:
+        discard()
         log.info("run view %s already exists (%s); not rewritten", rv_id, existing["status"])
         return CandidateResult(rv_id, sha, manifest, existing["status"], created=False, realised=realised)
     tokenizer_id = frozen.tokenizer_id
     prov = _with(provenance, rv_id, pinned, {**provenance.extra, "run-view-id": rv_id})
-    samples_commit = _write_samples(lakehouse, rv_id, tokenizer_id, rows, by_id, prov)
+    samples_commit = write(rv_id, tokenizer_id, prov)
     _write_manifest_row(
         lakehouse,
         {
@@ -416,7 +465,7 @@ def build_candidate(
             "manifest_json": frozen.text,
             "tokenizer_id": tokenizer_id,
             "seed": spec.seed,
-            "n_samples": len(rows),
+            "n_samples": frozen.n_samples,
             "n_tokens": frozen.n_tokens,
             "created_at": _now(),
             "created_by_run_id": provenance.run_id,
@@ -425,7 +474,7 @@ def build_candidate(
             "decision_comment": None,
             "decided_by_run_id": None,
             "superseded_by_request": None,
-            "supersedes": supersedes,
+            "supersedes": manifest["supersedes"],
         },
         prov,
     )
@@ -444,10 +493,10 @@ def _write_samples(
     lakehouse: Lakehouse,
     rv_id: str,
     tokenizer_id: str,
+    provenance: Provenance,
     rows: Sequence[dict],
     by_id: Mapping[str, dict],
-    provenance: Provenance,
-):
+) -> CommitResult:
     """The view's run_view.samples partition, in sample_index order (one transaction)."""
     writer = lakehouse.writer(RUN_VIEW_SAMPLES, {"run_view_id": rv_id})
     for start in range(0, len(rows), WRITE_CHUNK_ROWS):
