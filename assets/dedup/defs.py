@@ -1,5 +1,5 @@
 """Near duplicates: MinHash LSH bands per segment -> dedup.minhash_bands + dedup.minhash_signatures; clusters
-across every segment -> dedup.near_duplicates.
+across every segment -> dedup.near_duplicates. Split clusters: embeddings per segment -> dedup.embeddings.
 
 No `from __future__ import annotations` in defs modules: Dagster reads config and resource types from the
 runtime annotations."""
@@ -9,7 +9,7 @@ import time
 import dagster as dg
 
 from assets import shell
-from assets.dedup import near, signatures
+from assets.dedup import embeddings_table, near, signatures
 from assets.dedup.near_plan import NearDuplicateParams
 from assets.partitions import crawl_segments
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
@@ -20,9 +20,11 @@ from resources.executor import TaskExecutorResource
 MINHASH_BANDS = table_key(T.DEDUP_MINHASH_BANDS)
 MINHASH_SIGNATURES = table_key(T.DEDUP_MINHASH_SIGNATURES)
 NEAR_DUPLICATES = table_key(T.DEDUP_NEAR_DUPLICATES)
+EMBEDDINGS = table_key(T.DEDUP_EMBEDDINGS)
 MINHASH_VERSION = "minhash-2"
 MinHashConfig = config_from(signatures.SignatureParams, "MinHashConfig")
 NearDuplicateConfig = config_from(NearDuplicateParams, "NearDuplicateConfig")
+EmbeddingConfig = config_from(embeddings_table.EmbeddingParams, "EmbeddingConfig")
 
 
 @dg.multi_asset(
@@ -123,6 +125,46 @@ def near_duplicates(
     return dg.MaterializeResult(metadata=near_metadata(stats, result.stages, commit, plan.snapshot_ids, seconds))
 
 
+@dg.asset(
+    **shell.table_asset(T.DEDUP_EMBEDDINGS, ["doc_id"]),
+    deps=[table_key(T.CURATED_DOCUMENTS)],
+    partitions_def=crawl_segments,
+    code_version=f"embeddings-1-{embeddings_table.EMBEDDING_MODEL}",
+    description="Each kept English document's embedding (dedup.embeddings): float16, with the model's id and sha256.",
+)
+def embeddings(
+    context: dg.AssetExecutionContext,
+    config: EmbeddingConfig,
+    catalog: IcebergCatalogResource,
+    executor: TaskExecutorResource,
+) -> dg.MaterializeResult:
+    """Plan one task per slice of the segment's kept English documents (curated.documents pinned at its current
+    snapshot), embed them on the executor, commit the segment's partition."""
+    ref, params = parse_partition_key(context.partition_key), params_from(embeddings_table.EmbeddingParams, config)
+    lakehouse = catalog.lakehouse()
+    upstream = lakehouse.snapshot_ids([T.CURATED_DOCUMENTS])
+    run = context.run.run_id
+    tasks = embeddings_table.plan(
+        lakehouse, ref.crawl, ref.segment, upstream[T.CURATED_DOCUMENTS.identifier], params, run
+    )
+    t0 = time.perf_counter()
+    results = run_tasks(context, executor.executor(), embeddings_table.run_task, tasks)
+    seconds = time.perf_counter() - t0  # embedding and writing; the commit is not included
+    prov = provenance(context, EMBEDDINGS, params.hashed(), upstream)
+    commit = embeddings_table.commit(lakehouse, ref.crawl, ref.segment, results, prov)[T.DEDUP_EMBEDDINGS]
+    documents = embeddings_table.totals(results)["documents"]
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": commit.rows,
+            **shell.commit_metadata(commit),
+            "tasks": len(tasks),
+            "model_sha256": params.hashed()["model_sha256"],
+            "documents_per_second": round(documents / max(seconds, 1e-9), 1),
+            "seconds": round(seconds, 2),
+        }
+    )
+
+
 class LoggedExecutor:
     """The executor, each stage's progress logged to the run (`shell.run_tasks`)."""
 
@@ -168,5 +210,11 @@ near_dedup_job = shell.asset_job(
     description="Near-duplicate clusters across every materialised partition (band by band from Iceberg).",
 )
 
+embed_job = shell.asset_job(
+    "embed", EMBEDDINGS, description="Embeddings of one crawl segment's kept English documents (dedup.embeddings)."
+)
 
-defs = dg.Definitions(assets=[dedup_minhash, near_duplicates], jobs=[minhash_job, near_dedup_job])
+
+defs = dg.Definitions(
+    assets=[dedup_minhash, near_duplicates, embeddings], jobs=[minhash_job, near_dedup_job, embed_job]
+)

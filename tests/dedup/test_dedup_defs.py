@@ -7,6 +7,7 @@ import dagster as dg
 import pytest
 
 from assets.dedup.defs import (
+    EMBEDDINGS,
     MINHASH_BANDS,
     MINHASH_SIGNATURES,
     NEAR_DUPLICATES,
@@ -84,9 +85,9 @@ def test_a_bad_verify_mode_is_refused_before_the_run_naming_the_value(tokenlake_
 
 
 def test_jobs_group_pool_and_erasure():
-    assert {j.name for j in defs.jobs} == {"minhash", "near_dedup"}
+    assert {j.name for j in defs.jobs} == {"minhash", "near_dedup", "embed"}
     by_key = {key: a for a in defs.assets for key in a.keys}
-    assert set(by_key) == {MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES}
+    assert set(by_key) == {MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES, EMBEDDINGS}
     for key, assets_def in by_key.items():
         assert assets_def.group_names_by_key[key] == "dedup" and assets_def.op.pool == "iceberg_dedup"
         metadata = assets_def.metadata_by_key[key]
