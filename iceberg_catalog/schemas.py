@@ -337,6 +337,7 @@ DEDUP_SEMANTIC_CENTROIDS = TableDef(
         (5, "sample_docs", LongType(), True),  # documents the centroids were fitted on
         (6, "seed", LongType(), True),
     ),
+    partition_by=("centroid_version",),  # a refit adds a version; the versions in use are never rewritten
 )
 
 # Semantic links found when a crawl was added: pairs whose later document (doc_id) is in `crawl`, the other in
