@@ -34,6 +34,7 @@ from iceberg_catalog import CommitResult, FileWriter, Lakehouse, Provenance, Tas
 from iceberg_catalog.schemas import DEDUP_EMBEDDINGS, DEDUP_SEMANTIC_CENTROIDS, DEDUP_SEMANTIC_LINKS
 
 _MARGIN = 1e-3  # candidates from float32 products: far wider than their rounding error
+_CHUNK = 4096  # rows put in buckets at a time
 _BLOCK = 2048  # rows of a bucket's similarity matrix computed at a time (memory: _BLOCK x bucket floats)
 
 
@@ -153,10 +154,14 @@ def nearest_centroids(vectors: np.ndarray, centroids: np.ndarray, probes: int) -
     (elementwise, a fixed order), so a row's buckets do not depend on the rows batched with it."""
     x = np.nan_to_num(np.asarray(vectors, np.float32))
     short = min(probes + 2, len(centroids))
-    cand = np.argpartition(-(x @ centroids.T), short - 1, axis=1)[:, :short]
-    exact = (x[:, None, :].astype(np.float64) * centroids[cand].astype(np.float64)).sum(axis=2)
-    order = np.lexsort((cand, -exact), axis=1)[:, :probes]
-    return np.take_along_axis(cand, order, axis=1).astype(np.int32)
+    out = np.empty((len(x), probes), np.int32)
+    for lo in range(0, len(x), _CHUNK):  # bounds the (rows x centroids) and (rows x short x dim) temporaries
+        part = x[lo : lo + _CHUNK]
+        cand = np.argpartition(-(part @ centroids.T), short - 1, axis=1)[:, :short]
+        exact = (part[:, None, :].astype(np.float64) * centroids[cand].astype(np.float64)).sum(axis=2)
+        order = np.lexsort((cand, -exact), axis=1)[:, :probes]
+        out[lo : lo + _CHUNK] = np.take_along_axis(cand, order, axis=1)
+    return out
 
 
 # --- the links of one crawl -----------------------------------------------------------------------------------
@@ -228,10 +233,21 @@ def bucketed(task: LinkTask) -> Bucketed:
     return Bucketed(*(np.concatenate(a) for a in zip(*parts)))
 
 
-def bucket_pairs(b: Bucketed, bucket: int, threshold: float) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(later, earlier) row pairs of one bucket whose float32 cosine is near `threshold` or above: the later row in
-    crawl k, each pair once, and only in the smallest bucket the two rows share."""
-    members = np.flatnonzero((b.probes == bucket).any(axis=1))
+def bucket_members(b: Bucketed, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, its rows ascending) for the buckets [lo, hi), from one sort of the rows' probes."""
+    flat = b.probes.ravel()
+    order = np.argsort(flat, kind="stable")
+    rows, sorted_buckets = order // b.probes.shape[1], flat[order]
+    for bucket in range(lo, hi):
+        s, e = np.searchsorted(sorted_buckets, [bucket, bucket + 1])
+        yield bucket, np.sort(rows[s:e])
+
+
+def bucket_pairs(
+    b: Bucketed, bucket: int, members: np.ndarray, threshold: float
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(later, earlier) row pairs of one bucket (`members`: its rows) whose float32 cosine is near `threshold` or
+    above: the later row in crawl k, each pair once, and only in the smallest bucket the two rows share."""
     later = members[b.new[members]]
     v = b.vectors[members].astype(np.float32)
     for lo in range(0, len(later), _BLOCK):
@@ -266,8 +282,8 @@ def run_task(task: LinkTask) -> TaskResult:
 
 def links_in_buckets(b: Bucketed, lo: int, hi: int, threshold: float) -> Iterator[tuple[np.ndarray, ...]]:
     """(later rows, earlier rows, cosines) of the links found in buckets [lo, hi), each link once."""
-    for bucket in range(lo, hi):
-        for later, earlier in bucket_pairs(b, bucket, threshold):
+    for bucket, members in bucket_members(b, lo, hi):
+        for later, earlier in bucket_pairs(b, bucket, members, threshold):
             cos = pair_cosines(b.vectors[later], b.vectors[earlier])
             hit = cos >= threshold
             if hit.any():
@@ -276,8 +292,9 @@ def links_in_buckets(b: Bucketed, lo: int, hi: int, threshold: float) -> Iterato
 
 def bucket_stats(b: Bucketed, lo: int, hi: int) -> dict[str, int]:
     """Documents held, cosines the buckets [lo, hi) cost (crawl-k members x members), their largest size."""
-    sizes = np.array([(b.probes == c).any(axis=1).sum() for c in range(lo, hi)], np.int64)
-    new = np.array([b.new[(b.probes == c).any(axis=1)].sum() for c in range(lo, hi)], np.int64)
+    members = [m for _, m in bucket_members(b, lo, hi)]
+    sizes = np.array([len(m) for m in members], np.int64)
+    new = np.array([b.new[m].sum() for m in members], np.int64)
     return {
         "documents": len(b.keys),
         "comparisons": int((sizes * new).sum()),
