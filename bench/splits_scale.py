@@ -14,7 +14,8 @@ then crawl 1 added incrementally with its own links and assignments; link tasks 
 Printed per size: embed documents/s per core (CPU of the tasks), link seconds per crawl (wall of the link
 tasks) and the assignment step's, links per document, the largest split cluster's share of the documents,
 realised validation/test fractions of documents against the configured ones, edit recall (edited documents in
-their source's split cluster), and the largest task peak RSS (and the step process's, where assignments run).
+their source's split cluster), and the largest task peak RSS (its own VmHWM; and the step process's, where the
+assignments run).
 Plus, once: paraphrase recall on the committed paraphrase set (data/benchmarks/paraphrases/: 50 items) with the
 originals among the 1,572 web pages and Wikipedia runs of the semantic quarantine in crawl A and the paraphrases
 in crawl B, under the stored rule.
@@ -56,6 +57,37 @@ from iceberg_catalog.schemas import (  # noqa: E402
 )
 
 COPY, EDIT = 0.05, 0.05  # shares of perturbed copies and paraphrase-like edits
+
+
+def vm_hwm_bytes() -> int:
+    """This process's own peak RSS (VmHWM: per address space, so not the parent's high-water mark that
+    ru_maxrss carries across the spawn's exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def with_hwm(job: tuple) -> tuple:
+    """Run one task in a task process; (its result, the process's own peak RSS)."""
+    fn, task = job
+    return fn(task), vm_hwm_bytes()
+
+
+class HwmExecutor:
+    """`FreshProcessExecutor` (a fresh process per task, 2 at a time) recording each task's own VmHWM."""
+
+    def __init__(self, workers: int = 2) -> None:
+        self.pool, self.peak_bytes = FreshProcessExecutor(workers), 0
+
+    @property
+    def stages(self) -> list:
+        return self.pool.stages
+
+    def map(self, fn, tasks, progress=None) -> list:
+        out = self.pool.map(with_hwm, [(fn, t) for t in tasks], progress)
+        self.peak_bytes = max([self.peak_bytes, *(hwm for _, hwm in out)])
+        return [r for r, _ in out]
 
 
 def corpus(n: int, sentences: list[str], per_doc: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -110,25 +142,26 @@ def write_crawl(lakehouse: Lakehouse, layout: Layout, k: int, texts: list[str], 
     writer.commit(bench_provenance("dedup/near_duplicates", layout.crawl_name(k), layout.seed))
 
 
-def embed_crawl(lakehouse: Lakehouse, layout: Layout, k: int, pool: FreshProcessExecutor) -> dict:
+def embed_crawl(lakehouse: Lakehouse, layout: Layout, k: int, pool: HwmExecutor) -> dict:
     """Every segment of crawl k embedded on `pool`; CPU seconds of the tasks and their largest peak RSS."""
-    cpu = peak = docs = 0
+    cpu = docs = 0
+    pool.peak_bytes = 0
     for crawl, segment, _, _ in layout.partitions([k]):
         snap = lakehouse.snapshot_id(CURATED_DOCUMENTS)
         tasks = embeddings_table.plan(lakehouse, crawl, segment, snap, embeddings_table.EmbeddingParams(), "bench")
         results = pool.map(embeddings_table.run_task, tasks)
         embeddings_table.commit(lakehouse, crawl, segment, results, bench_provenance("dedup/embeddings", crawl, 0))
         stage = pool.stages[-1].summary()
-        cpu, peak = cpu + stage["cpu_s"], max(peak, stage["max_task_peak_rss_bytes"])
+        cpu += stage["cpu_s"]
         docs += embeddings_table.totals(results)["documents"]
-    return {"documents": docs, "cpu_s": cpu, "peak_rss_bytes": peak}
+    return {"documents": docs, "cpu_s": cpu, "peak_rss_bytes": pool.peak_bytes}
 
 
-def assign(lakehouse: Lakehouse, params: SplitClusterParams, pool: FreshProcessExecutor) -> dict:
+def assign(lakehouse: Lakehouse, params: SplitClusterParams, pool: HwmExecutor) -> dict:
     """The split_clusters step: pending crawls' links (on `pool`) and assignments; seconds and the link tasks."""
     prov = {t: bench_provenance(t.identifier, None, 0) for t in (DEDUP_SEMANTIC_CENTROIDS, DEDUP_SEMANTIC_LINKS)}
     prov[DEDUP_SPLIT_ASSIGNMENTS] = bench_provenance("dedup/split_assignments", None, 0)
-    before = len(pool.stages)
+    before, pool.peak_bytes = len(pool.stages), 0
     t0 = time.perf_counter()
     built = split_assignments.build(lakehouse, params, pool, uuid.uuid4().hex, prov)
     seconds = time.perf_counter() - t0
@@ -138,9 +171,16 @@ def assign(lakehouse: Lakehouse, params: SplitClusterParams, pool: FreshProcessE
         "seconds": round(seconds, 2),
         "link_seconds": round(link_s, 2),
         "assign_seconds": round(seconds - link_s, 2),
-        "link_task_peak_rss_mib": round(max((s["max_task_peak_rss_bytes"] for s in stages), default=0) / 2**20, 1),
+        "link_task_peak_rss_mib": round(pool.peak_bytes / 2**20, 1),
         "crawls": built["stats"]["crawls"],
     }
+
+
+def all_pairs(layout: Layout, k: int) -> int:
+    """Pairs the all-pairs search compares when crawl k is added: its documents x earlier ones, and its own."""
+    bounds = layout.bounds()
+    new, earlier = bounds[k + 1] - bounds[k], bounds[k]
+    return new * earlier + new * (new - 1) // 2
 
 
 def lakehouse_at(home: str) -> Lakehouse:
@@ -155,7 +195,7 @@ def measure(n: int, args, sentences: list[str]) -> dict:
     texts, parent, source = corpus(n, sentences, args.sentences, args.seed)
     centroids = args.centroids or int(min(1024, max(8, n // 100)))
     params = SplitClusterParams(links=LinkParams(centroids=centroids, sample_docs=min(50_000, n // 2)))
-    pool = FreshProcessExecutor(2)
+    pool = HwmExecutor(2)
     with tempfile.TemporaryDirectory(prefix="splits-scale-") as home:
         lakehouse = lakehouse_at(home)
         steps, embedded = [], {"documents": 0, "cpu_s": 0.0, "peak_rss_bytes": 0}
@@ -181,6 +221,8 @@ def measure(n: int, args, sentences: list[str]) -> dict:
         "embed_docs_per_s_per_core": round(embedded["documents"] / max(embedded["cpu_s"], 1e-9), 1),
         "crawl_0": steps[0],
         "crawl_1_added": steps[1],
+        # the comparisons the all-pairs search would make for each crawl (earlier x new + new pairs)
+        "all_pairs_comparisons": [all_pairs(layout, k) for k in (0, 1)],
         "links_per_doc": round(links / n, 3),
         "largest_cluster_share": round(max(sizes.values()) / n, 6),
         "largest_cluster_docs": max(sizes.values()),

@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 
 import numpy as np
+import pyarrow as pa
 from pyiceberg.expressions import EqualTo
 
 from assets.dedup.splits import SEMANTIC_THRESHOLD
@@ -45,15 +46,14 @@ def split_cluster_ids(lakehouse: Lakehouse, pinned: Mapping[str, int | None], th
     )
     stored = lakehouse.scan(DEDUP_SPLIT_ASSIGNMENTS, ("doc_id", "crawl", "split_cluster_id", "rule"))
     rules = {r for r in set(stored.column("rule").to_pylist()) if json.loads(r)["threshold"] == threshold}
-    mine = np.array([r in rules for r in stored.column("rule").to_pylist()], bool)
-    key = lambda crawls, ids: [f"{c}\0{d}" for c, d in zip(crawls.to_pylist(), ids.to_pylist())]  # noqa: E731
-    cluster_of = dict(
-        zip(
-            np.array(key(stored.column("crawl"), stored.column("doc_id")), object)[mine],
-            np.array(stored.column("split_cluster_id").to_pylist(), object)[mine],
+    cluster_of = {
+        key: cluster
+        for key, cluster, rule in zip(
+            doc_keys(stored), stored.column("split_cluster_id").to_pylist(), stored.column("rule").to_pylist()
         )
-    )
-    wanted = key(docs.column("crawl"), docs.column("doc_id"))
+        if rule in rules
+    }
+    wanted = doc_keys(docs)
     missing = sorted({k.split("\0", 1)[0] for k in wanted if k not in cluster_of})
     if missing:
         raise SplitAssignmentsMissing(
@@ -61,6 +61,11 @@ def split_cluster_ids(lakehouse: Lakehouse, pinned: Mapping[str, int | None], th
             f"{threshold}: {missing[:5]}; run the split_clusters job (assets/dedup) with threshold {threshold} first"
         )
     return {k.split("\0", 1)[1]: cluster_of[k] for k in wanted}
+
+
+def doc_keys(rows: pa.Table) -> list[str]:
+    """Each row's canonical key `crawl NUL doc_id` (doc_ids are unique per crawl)."""
+    return [f"{c}\0{d}" for c, d in zip(rows.column("crawl").to_pylist(), rows.column("doc_id").to_pylist())]
 
 
 def pair_rule_quality(positive: np.ndarray, negative: np.ndarray, threshold: float) -> dict:

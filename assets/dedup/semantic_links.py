@@ -196,10 +196,11 @@ def plan(
     """One task per contiguous range of centroids (`params.tasks` ranges)."""
     version, c = centroids
     bounds = np.linspace(0, len(c), min(params.tasks, len(c)) + 1).astype(int)
-    out = lambda i: lakehouse.output(DEDUP_SEMANTIC_LINKS, {"crawl": crawl}, run, i)  # noqa: E731
+    ranges = enumerate(zip(bounds[:-1], bounds[1:]))
     return [
-        LinkTask(i, lakehouse, crawl, embeddings_snapshot, model_sha256, version, c, lo, hi, params, out(i))
-        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
+        LinkTask(i, lakehouse, crawl, embeddings_snapshot, model_sha256, version, c, lo, hi, params, out)
+        for i, (lo, hi) in ranges
+        for out in (lakehouse.output(DEDUP_SEMANTIC_LINKS, {"crawl": crawl}, run, i),)
     ]
 
 

@@ -31,6 +31,7 @@ from pyiceberg.expressions import And, EqualTo, LessThan, LessThanOrEqual
 
 from assets.dedup import semantic_links
 from assets.dedup.clustering import UnionFind
+from assets.dedup.semantic_clusters import doc_keys
 from assets.dedup.semantic_links import LinkParams
 from assets.dedup.splits import SPLIT_SEED, TEST_FRACTION, VALIDATION_FRACTION, SplitParams, cluster_ids, split_of
 from assets.embeddings import model_sha256
@@ -261,13 +262,15 @@ def link_nodes(doc_ids: Sequence[str], crawl: str, earlier_of: Mapping[str, str]
 
 
 def pending_crawls(lakehouse: Lakehouse, documents_snapshot: int | None, rule: str, split_params: str) -> list[str]:
-    """The crawls to (re)compute: from the first crawl of curated.documents without rows under this rule and
-    split parameters, every later crawl (each crawl's rows depend on the earlier crawls' rows)."""
-    crawls = sorted(lakehouse.stored_crawls(CURATED_DOCUMENTS, documents_snapshot))
+    """The crawls to (re)compute: from the first crawl with a kept document that has no row under this rule and
+    split parameters (a new crawl; or a new segment of an assigned one), every later crawl with kept documents
+    (each crawl's rows depend on the earlier crawls' rows). Crawls without a kept document have nothing to assign."""
+    kept = lakehouse.scan_at(CURATED_DOCUMENTS, documents_snapshot, ("doc_id", "crawl"), EqualTo("kept", True))
     where = And(EqualTo("rule", rule), EqualTo("split_params", split_params))
-    done = set(lakehouse.scan(DEDUP_SPLIT_ASSIGNMENTS, ("crawl",), where).column("crawl").to_pylist())
-    first = next((i for i, c in enumerate(crawls) if c not in done), len(crawls))
-    return crawls[first:]
+    stored = set(doc_keys(lakehouse.scan(DEDUP_SPLIT_ASSIGNMENTS, ("doc_id", "crawl"), where)))
+    missing = [k.split("\0", 1)[0] for k in doc_keys(kept) if k not in stored]
+    crawls = sorted(set(kept.column("crawl").to_pylist()))
+    return [c for c in crawls if c >= min(missing)] if missing else []
 
 
 def build(

@@ -20,6 +20,7 @@ from assets.dedup.clustering import cluster_crawl_ordered
 from assets.dedup.semantic_clusters import SplitAssignmentsMissing, pair_rule_quality, split_cluster_ids
 from assets.dedup.semantic_links import (
     Bucketed,
+    LinkParams,
     fit_centroids,
     links_in_buckets,
     nearest_centroids,
@@ -307,3 +308,30 @@ def test_the_threshold_on_wikipedia_runs_and_web_pages():
     negatives = np.concatenate([_pair_scores(web), _pair_scores(web, runs)])
     quality = pair_rule_quality(_paraphrase_scores(), negatives, SEMANTIC_THRESHOLD)
     assert quality["recall"] >= 0.8 and quality["false_positive_rate"] <= 5e-5
+
+
+def test_a_crawl_without_kept_documents_is_not_pending_and_a_new_segment_reopens_its_crawl(lakehouse):
+    write_crawl(lakehouse, "CRAWL-A", web_texts()[:30], "a")
+    write_documents(lakehouse, "CRAWL-B", "s", [(doc_id("x", "b"), "dropped", False)], files=1, language="en")
+    assert sorted(assign_splits(lakehouse)["stats"]["crawls"]) == ["CRAWL-A"]
+    write_crawl(lakehouse, "CRAWL-C", web_texts()[30:40], "c")
+    assert sorted(assign_splits(lakehouse)["stats"]["crawls"]) == ["CRAWL-C"]
+    texts = web_texts()[40:45]
+    write_documents(lakehouse, "CRAWL-A", "t", [(doc_id(t, "a2"), t, True) for t in texts], files=1, language="en")
+    assert sorted(assign_splits(lakehouse)["stats"]["crawls"]) == ["CRAWL-A", "CRAWL-C"]
+    assert nothing_recomputed(lakehouse)
+
+
+@pytest.mark.slow
+def test_paraphrase_recall_on_the_committed_set_under_the_stored_rule(lakehouse):
+    """The 50 committed paraphrases against their originals, stored crawl by crawl with the rule (mutual top-5,
+    cap 32) among 1,572 real documents (web pages and Wikipedia runs, half in each crawl). Measured: 0.82 (41/50),
+    the same as the threshold alone: the rule cuts none of the paraphrase links that pass the threshold."""
+    items = [json.loads(line) for line in PARAPHRASES.read_text().splitlines()]
+    background = list(web_texts()) + list(reference_runs())
+    originals = write_crawl(lakehouse, "CRAWL-A", background[::2] + [i["original"] for i in items], "a")
+    paraphrases = write_crawl(lakehouse, "CRAWL-B", background[1::2] + [i["paraphrase"] for i in items], "b")
+    assign_splits(lakehouse, dataclasses.replace(SMALL, links=LinkParams(centroids=16, sample_docs=2000)))
+    ids = split_cluster_ids(lakehouse, lakehouse.snapshot_ids([CURATED_DOCUMENTS]), SEMANTIC_THRESHOLD)
+    joined = sum(ids[p] == ids[o] for p, o in zip(paraphrases[-len(items) :], originals[-len(items) :]))
+    assert joined / len(items) >= 0.8
