@@ -42,19 +42,10 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assets.dedup import embeddings_table, split_assignments  # noqa: E402
-from assets.dedup.semantic_links import LinkParams  # noqa: E402
-from assets.dedup.split_assignments import SplitClusterParams  # noqa: E402
+from assets.dedup import embeddings_table, semantic_links, split_assignments  # noqa: E402
 from bench.dedup_scale_data import Layout, bench_provenance, curated_rows, perturb, real_sentences  # noqa: E402
 from bench.task_pool import FreshProcessExecutor  # noqa: E402
-from iceberg_catalog import Lakehouse  # noqa: E402
-from iceberg_catalog.schemas import (  # noqa: E402
-    CURATED_DOCUMENTS,
-    DEDUP_NEAR_DUPLICATES,
-    DEDUP_SEMANTIC_CENTROIDS,
-    DEDUP_SEMANTIC_LINKS,
-    DEDUP_SPLIT_ASSIGNMENTS,
-)
+from iceberg_catalog import Lakehouse, schemas  # noqa: E402
 
 COPY, EDIT = 0.05, 0.05  # shares of perturbed copies and paraphrase-like edits
 
@@ -117,7 +108,7 @@ def write_crawl(lakehouse: Lakehouse, layout: Layout, k: int, texts: list[str], 
         d = layout.doc_ids(s0, s1)
         columns = {"doc_id": d, "record_id": d, "deletion_key": d, "crawl": [crawl] * len(d), "url": d}
         columns |= {"segment": [segment] * len(d), "kept": [True] * len(d), "language": ["en"] * len(d)}
-        writer = lakehouse.writer(CURATED_DOCUMENTS, {"crawl": crawl, "segment": segment})
+        writer = lakehouse.writer(schemas.CURATED_DOCUMENTS, {"crawl": crawl, "segment": segment})
         writer.write(curated_rows({**columns, "text": texts[s0:s1]}))
         writer.commit(bench_provenance("curated/documents", f"{crawl}/{segment}", layout.seed))
     first, end = layout.bounds()[k], layout.bounds()[k + 1]
@@ -137,8 +128,8 @@ def write_crawl(lakehouse: Lakehouse, layout: Layout, k: int, texts: list[str], 
         }
         for i in members
     ]
-    writer = lakehouse.writer(DEDUP_NEAR_DUPLICATES, {"crawl": layout.crawl_name(k)})
-    writer.write(pa.Table.from_pylist(rows, schema=DEDUP_NEAR_DUPLICATES.arrow_schema))
+    writer = lakehouse.writer(schemas.DEDUP_NEAR_DUPLICATES, {"crawl": layout.crawl_name(k)})
+    writer.write(pa.Table.from_pylist(rows, schema=schemas.DEDUP_NEAR_DUPLICATES.arrow_schema))
     writer.commit(bench_provenance("dedup/near_duplicates", layout.crawl_name(k), layout.seed))
 
 
@@ -147,7 +138,7 @@ def embed_crawl(lakehouse: Lakehouse, layout: Layout, k: int, pool: HwmExecutor)
     cpu = docs = 0
     pool.peak_bytes = 0
     for crawl, segment, _, _ in layout.partitions([k]):
-        snap = lakehouse.snapshot_id(CURATED_DOCUMENTS)
+        snap = lakehouse.snapshot_id(schemas.CURATED_DOCUMENTS)
         tasks = embeddings_table.plan(lakehouse, crawl, segment, snap, embeddings_table.EmbeddingParams(), "bench")
         results = pool.map(embeddings_table.run_task, tasks)
         embeddings_table.commit(lakehouse, crawl, segment, results, bench_provenance("dedup/embeddings", crawl, 0))
@@ -157,10 +148,13 @@ def embed_crawl(lakehouse: Lakehouse, layout: Layout, k: int, pool: HwmExecutor)
     return {"documents": docs, "cpu_s": cpu, "peak_rss_bytes": pool.peak_bytes}
 
 
-def assign(lakehouse: Lakehouse, params: SplitClusterParams, pool: HwmExecutor) -> dict:
+def assign(lakehouse: Lakehouse, params: split_assignments.SplitClusterParams, pool: HwmExecutor) -> dict:
     """The split_clusters step: pending crawls' links (on `pool`) and assignments; seconds and the link tasks."""
-    prov = {t: bench_provenance(t.identifier, None, 0) for t in (DEDUP_SEMANTIC_CENTROIDS, DEDUP_SEMANTIC_LINKS)}
-    prov[DEDUP_SPLIT_ASSIGNMENTS] = bench_provenance("dedup/split_assignments", None, 0)
+    prov = {
+        t: bench_provenance(t.identifier, None, 0)
+        for t in (schemas.DEDUP_SEMANTIC_CENTROIDS, schemas.DEDUP_SEMANTIC_LINKS)
+    }
+    prov[schemas.DEDUP_SPLIT_ASSIGNMENTS] = bench_provenance("dedup/split_assignments", None, 0)
     before, pool.peak_bytes = len(pool.stages), 0
     t0 = time.perf_counter()
     built = split_assignments.build(lakehouse, params, pool, uuid.uuid4().hex, prov)
@@ -194,7 +188,9 @@ def measure(n: int, args, sentences: list[str]) -> dict:
     layout = Layout(n, 2, 2, args.seed)
     texts, parent, source = corpus(n, sentences, args.sentences, args.seed)
     centroids = args.centroids or int(min(1024, max(8, n // 100)))
-    params = SplitClusterParams(links=LinkParams(centroids=centroids, sample_docs=min(50_000, n // 2)))
+    params = split_assignments.SplitClusterParams(
+        links=semantic_links.LinkParams(centroids=centroids, sample_docs=min(50_000, n // 2))
+    )
     pool = HwmExecutor(2)
     with tempfile.TemporaryDirectory(prefix="splits-scale-") as home:
         lakehouse = lakehouse_at(home)
@@ -206,8 +202,8 @@ def measure(n: int, args, sentences: list[str]) -> dict:
                 key: max(embedded[key], v) if key == "peak_rss_bytes" else embedded[key] + v for key, v in e.items()
             }
             steps.append(assign(lakehouse, params, pool))
-        rows = lakehouse.scan(DEDUP_SPLIT_ASSIGNMENTS, ("doc_id", "split_cluster_id", "split")).to_pydict()
-        links = lakehouse.scan(DEDUP_SEMANTIC_LINKS, ("doc_id",)).num_rows
+        rows = lakehouse.scan(schemas.DEDUP_SPLIT_ASSIGNMENTS, ("doc_id", "split_cluster_id", "split")).to_pydict()
+        links = lakehouse.scan(schemas.DEDUP_SEMANTIC_LINKS, ("doc_id",)).num_rows
     cluster_of = dict(zip(rows["doc_id"], rows["split_cluster_id"]))
     ids = [d for _, _, s0, s1 in layout.partitions() for d in layout.doc_ids(s0, s1)]
     sizes = Counter(rows["split_cluster_id"])
@@ -249,9 +245,9 @@ def paraphrase_recall() -> dict:
         b = [(doc_id(t, "b"), t, True) for t in background[1::2] + [i["paraphrase"] for i in items]]
         write_documents(lakehouse, "CRAWL-A", "s", a, files=2, language="en")
         write_documents(lakehouse, "CRAWL-B", "s", b, files=2, language="en")
-        params = SplitClusterParams(links=LinkParams(centroids=16, sample_docs=2000))
+        params = split_assignments.SplitClusterParams(links=semantic_links.LinkParams(centroids=16, sample_docs=2000))
         assign_splits(lakehouse, params)
-        rows = lakehouse.scan(DEDUP_SPLIT_ASSIGNMENTS, ("doc_id", "split_cluster_id")).to_pydict()
+        rows = lakehouse.scan(schemas.DEDUP_SPLIT_ASSIGNMENTS, ("doc_id", "split_cluster_id")).to_pydict()
     cluster_of = dict(zip(rows["doc_id"], rows["split_cluster_id"]))
     joined = [cluster_of[x[0]] == cluster_of[y[0]] for x, y in zip(a[-len(items) :], b[-len(items) :])]
     sizes = Counter(rows["split_cluster_id"])
