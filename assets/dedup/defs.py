@@ -1,6 +1,6 @@
 """Near duplicates: MinHash LSH bands per segment -> dedup.minhash_bands + dedup.minhash_signatures; clusters
 across every segment -> dedup.near_duplicates. Split clusters: embeddings per segment -> dedup.embeddings; links
-and split assignments crawl by crawl -> dedup.semantic_centroids, dedup.semantic_links, dedup.split_assignments.
+and split assignments crawl by crawl -> dedup.semantic_links (+ dedup.semantic_centroids), dedup.split_assignments.
 
 No `from __future__ import annotations` in defs modules: Dagster reads config and resource types from the
 runtime annotations."""
@@ -22,7 +22,6 @@ MINHASH_BANDS = table_key(T.DEDUP_MINHASH_BANDS)
 MINHASH_SIGNATURES = table_key(T.DEDUP_MINHASH_SIGNATURES)
 NEAR_DUPLICATES = table_key(T.DEDUP_NEAR_DUPLICATES)
 EMBEDDINGS = table_key(T.DEDUP_EMBEDDINGS)
-SEMANTIC_CENTROIDS = table_key(T.DEDUP_SEMANTIC_CENTROIDS)
 SEMANTIC_LINKS = table_key(T.DEDUP_SEMANTIC_LINKS)
 SPLIT_ASSIGNMENTS = table_key(T.DEDUP_SPLIT_ASSIGNMENTS)
 SPLIT_VERSION = "split-clusters-1"
@@ -172,23 +171,16 @@ def embeddings(
 
 
 SPLIT_SPECS = [
-    shell.table_spec(t, erase, deps=deps, code_version=SPLIT_VERSION, skippable=True, description=what)
-    for t, erase, deps, what in (
-        (
-            T.DEDUP_SEMANTIC_CENTROIDS,
-            (),
-            [EMBEDDINGS],
-            "k-means centroids of the embeddings, fitted once on a seeded sample, by version.",
-        ),
+    shell.table_spec(t, ["doc_id"], deps=deps, code_version=SPLIT_VERSION, skippable=True, description=what)
+    for t, deps, what in (
         (
             T.DEDUP_SEMANTIC_LINKS,
-            ["doc_id"],
             [EMBEDDINGS],
-            "Semantic links per crawl, found within centroid buckets (dedup.semantic_links).",
+            "Semantic links per crawl, found within k-means buckets (dedup.semantic_links); the centroids, fitted "
+            "once on a seeded sample, are kept by version in dedup.semantic_centroids.",
         ),
         (
             T.DEDUP_SPLIT_ASSIGNMENTS,
-            ["doc_id"],
             [table_key(T.CURATED_DOCUMENTS), table_key(T.CURATED_EXACT_DUPLICATES), NEAR_DUPLICATES],
             "Each kept document's split cluster and split, committed crawl by crawl in crawl order.",
         ),
@@ -204,11 +196,13 @@ def dedup_split_clusters(
     executor: TaskExecutorResource,
 ):
     """For each crawl without stored split assignments under this rule, in crawl order: its semantic links
-    (tasks per range of centroids on the executor), then its split assignments; earlier crawls are only read."""
+    (tasks per range of centroids on the executor), then its split assignments; earlier crawls are only read.
+    The centroids are a side table of the links (like quarantine.screenings of the matches): an aggregate with no
+    document's row, so nothing for a deletion to reach."""
     params, lakehouse = params_from(split_assignments.SplitClusterParams, config), catalog.lakehouse()
     upstream = lakehouse.snapshot_ids(split_assignments.INPUTS)
     keys = {
-        T.DEDUP_SEMANTIC_CENTROIDS: SEMANTIC_CENTROIDS,
+        T.DEDUP_SEMANTIC_CENTROIDS: SEMANTIC_LINKS,
         T.DEDUP_SEMANTIC_LINKS: SEMANTIC_LINKS,
         T.DEDUP_SPLIT_ASSIGNMENTS: SPLIT_ASSIGNMENTS,
     }
@@ -217,11 +211,11 @@ def dedup_split_clusters(
     built = split_assignments.build(lakehouse, params, executor.executor(), context.run.run_id, prov)
     stats, seconds = built["stats"], round(time.perf_counter() - t0, 2)
     context.log.info("split clusters: crawls %s, centroids %s", sorted(stats["crawls"]), stats["centroid_version"])
-    for t, key in keys.items():
+    for t in (T.DEDUP_SEMANTIC_LINKS, T.DEDUP_SPLIT_ASSIGNMENTS):
         commit = built["commits"].get(t)
         if commit is not None:
             meta = {"dagster/row_count": commit.rows, **shell.commit_metadata(commit, built["pinned"])}
-            yield dg.MaterializeResult(asset_key=key, metadata={**meta, **split_metadata(stats, seconds)})
+            yield dg.MaterializeResult(asset_key=keys[t], metadata={**meta, **split_metadata(stats, seconds)})
 
 
 def split_metadata(stats: dict, seconds: float) -> dict:
@@ -229,7 +223,12 @@ def split_metadata(stats: dict, seconds: float) -> dict:
     header = ["crawl", "documents bucketed", "comparisons", "links", "largest bucket", "assigned"]
     cols = ("documents", "comparisons", "links", "largest_bucket", "assigned")
     rows = [(c, *(s[k] for k in cols)) for c, s in sorted(stats["crawls"].items())]
-    return {"centroid_version": stats["centroid_version"], "seconds": seconds, "crawls": md_table(header, rows)}
+    return {
+        "centroid_version": stats["centroid_version"],
+        "centroids_fitted": stats["centroids_fitted"],
+        "seconds": seconds,
+        "crawls": md_table(header, rows),
+    }
 
 
 class LoggedExecutor:
@@ -283,7 +282,6 @@ embed_job = shell.asset_job(
 
 split_clusters_job = shell.asset_job(
     "split_clusters",
-    SEMANTIC_CENTROIDS,
     SEMANTIC_LINKS,
     SPLIT_ASSIGNMENTS,
     description="Semantic links and split assignments of every crawl not yet assigned, in crawl order.",
