@@ -71,6 +71,7 @@ class SplitClusterParams:
         self.split_params()  # the fractions' own check
 
     def split_params(self) -> SplitParams:
+        """The split fractions and seed the stored `split` column is computed with."""
         return SplitParams(self.validation, self.test, self.split_seed, self.links.threshold)
 
     def rule(self, model: str, centroid_version: str) -> str:
