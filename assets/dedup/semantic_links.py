@@ -35,7 +35,10 @@ from iceberg_catalog.schemas import DEDUP_EMBEDDINGS, DEDUP_SEMANTIC_CENTROIDS, 
 
 _MARGIN = 1e-3  # candidates from float32 products: far wider than their rounding error
 _CHUNK = 4096  # rows put in buckets at a time
-_BLOCK = 2048  # rows of a bucket's similarity matrix computed at a time (memory: _BLOCK x bucket floats)
+# rows of a bucket's similarity matrix computed at a time: memory _BLOCK x bucket floats, and up to as many
+# candidate pairs (a bucket of near-identical documents makes nearly every pair a candidate)
+_BLOCK = 512
+_PAIRS = 16_384  # pairs whose cosines are computed at a time (2 x 16,384 x dim float64: 64 MiB at dim 256)
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ def centroid_version(model_sha256: str, centroids: np.ndarray, params: LinkParam
 
 
 def read_centroids(lakehouse: Lakehouse, model_sha256: str, params: LinkParams) -> tuple[str, np.ndarray] | None:
-    """The stored fit for this model, centroid count and seed (the earliest version, if several), or None."""
+    """The stored fit for this model, centroid count and seed (the smallest version id, if several), or None. A
+    stored fit is reused whatever `sample_docs` and `iterations` say now: they shape only the first fit."""
     where = And(EqualTo("model_sha256", model_sha256), EqualTo("seed", params.seed))
     rows = lakehouse.scan(DEDUP_SEMANTIC_CENTROIDS, ("centroid_version", "centroid", "vector"), where)
     rows = rows.sort_by([("centroid_version", "ascending"), ("centroid", "ascending")])
@@ -285,10 +289,12 @@ def links_in_buckets(b: Bucketed, lo: int, hi: int, threshold: float) -> Iterato
     """(later rows, earlier rows, cosines) of the links found in buckets [lo, hi), each link once."""
     for bucket, members in bucket_members(b, lo, hi):
         for later, earlier in bucket_pairs(b, bucket, members, threshold):
-            cos = pair_cosines(b.vectors[later], b.vectors[earlier])
-            hit = cos >= threshold
-            if hit.any():
-                yield later[hit], earlier[hit], cos[hit]
+            for k in range(0, len(later), _PAIRS):  # the float64 rows of at most _PAIRS pairs at a time
+                a, e = later[k : k + _PAIRS], earlier[k : k + _PAIRS]
+                cos = pair_cosines(b.vectors[a], b.vectors[e])
+                hit = cos >= threshold
+                if hit.any():
+                    yield a[hit], e[hit], cos[hit]
 
 
 def bucket_stats(b: Bucketed, lo: int, hi: int) -> dict[str, int]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.expressions import And, EqualTo, LessThan, LessThanOrEqual
 
 from assets.dedup import semantic_links
@@ -188,23 +189,25 @@ def crawl_rows(
     )
     unit_of = cluster_ids(doc_ids, dict(zip(*near.to_pydict().values())), dict(zip(*exact.to_pydict().values())))
     units = [unit_of[d] for d in doc_ids]
-    earlier = lakehouse.scan(
-        DEDUP_SPLIT_ASSIGNMENTS,
-        ("doc_id", "crawl", "duplicate_cluster_id", "split_cluster_id"),
-        LessThan("crawl", crawl),
-    ).to_pydict()
-    unit_cluster = dict(zip(earlier["duplicate_cluster_id"], earlier["split_cluster_id"]))
-    earlier_of = {f"{c}\0{d}": s for c, d, s in zip(earlier["crawl"], earlier["doc_id"], earlier["split_cluster_id"])}
+    earlier = plain_strings(
+        lakehouse.scan(
+            DEDUP_SPLIT_ASSIGNMENTS,
+            ("doc_id", "crawl", "duplicate_cluster_id", "split_cluster_id"),
+            LessThan("crawl", crawl),
+        )
+    )
     links = crawl_links(lakehouse, crawl, params.links.threshold, model, centroid_version)
-    nodes = link_nodes(doc_ids, crawl, earlier_of, links)
+    pairs, earlier_cluster = link_nodes(pa.array(doc_ids, pa.string()), crawl, earlier, links)
+    # only the earlier clusters this crawl can touch: its duplicate clusters' and its links' (bounded memory)
+    mine = earlier.filter(pc.is_in(earlier.column("duplicate_cluster_id"), pa.array(sorted(set(units)), pa.string())))
+    unit_cluster = dict(zip(*(mine.column(c).to_pylist() for c in ("duplicate_cluster_id", "split_cluster_id"))))
+    touched = pa.array(sorted(set(unit_cluster.values()) | set(earlier_cluster)), pa.string())
+    sizes = pc.value_counts(
+        earlier.column("split_cluster_id").filter(pc.is_in(earlier.column("split_cluster_id"), touched))
+    )
+    earlier_size = {v["values"]: v["counts"] for v in sizes.to_pylist()}
     clusters = assign_crawl(
-        units,
-        unit_cluster,
-        Counter(earlier["split_cluster_id"]),
-        nodes[1],
-        nodes[0],
-        params.mutual_top_k,
-        params.semantic_cap,
+        units, unit_cluster, earlier_size, earlier_cluster, pairs, params.mutual_top_k, params.semantic_cap
     )
     split_params = params.split_params()
     n = len(doc_ids)
@@ -223,40 +226,46 @@ def crawl_rows(
     )
 
 
-def crawl_links(lakehouse: Lakehouse, crawl: str, threshold: float, model: str, centroid_version: str) -> dict:
+def crawl_links(lakehouse: Lakehouse, crawl: str, threshold: float, model: str, centroid_version: str) -> pa.Table:
     """The stored links of `crawl` made with this threshold, model and centroids."""
     where = And(
         And(EqualTo("crawl", crawl), EqualTo("threshold", threshold)),
         And(EqualTo("model_sha256", model), EqualTo("centroid_version", centroid_version)),
     )
-    columns = ("doc_id", "linked_doc_id", "linked_crawl", "cosine")
-    return lakehouse.scan(DEDUP_SEMANTIC_LINKS, columns, where).to_pydict()
+    return plain_strings(
+        lakehouse.scan(DEDUP_SEMANTIC_LINKS, ("doc_id", "linked_doc_id", "linked_crawl", "cosine"), where)
+    )
 
 
-def link_nodes(doc_ids: Sequence[str], crawl: str, earlier_of: Mapping[str, str], links: Mapping[str, list]):
-    """Links as node pairs for `assign_crawl`: ((a, b, cosine), earlier clusters of the nodes n + j). A link to a
+def plain_strings(table: pa.Table) -> pa.Table:
+    """`table` with its large_string columns (as Iceberg reads strings) as string: one type for the lookups."""
+    fields = [pa.field(f.name, pa.string()) if f.type == pa.large_string() else f for f in table.schema]
+    return table.cast(pa.schema(fields))
+
+
+def link_nodes(doc_ids: pa.Array, crawl: str, earlier: pa.Table, links: pa.Table):
+    """Links as node pairs for `assign_crawl`: ((a, b, cosine), split clusters of the earlier nodes n + j). Earlier
+    documents are numbered in (crawl, doc_id) order, so nothing depends on the order of the link rows. A link to a
     document without a row (erased, or no longer kept) is dropped."""
-    index = {d: i for i, d in enumerate(doc_ids)}
-    n, earlier_nodes, earlier_cluster = len(doc_ids), {}, []
-    a, b, cos = [], [], []
-    for d, other, other_crawl, c in zip(*(links[k] for k in ("doc_id", "linked_doc_id", "linked_crawl", "cosine"))):
-        key = f"{other_crawl}\0{other}"
-        if d not in index:
-            continue
-        if other_crawl == crawl and other in index:
-            node = index[other]
-        elif key in earlier_of:
-            if key not in earlier_nodes:
-                earlier_nodes[key] = n + len(earlier_cluster)
-                earlier_cluster.append(earlier_of[key])
-            node = earlier_nodes[key]
-        else:
-            continue
-        a.append(index[d])
-        b.append(node)
-        cos.append(c)
-    pairs = (np.array(a, np.int64), np.array(b, np.int64), np.array(cos, np.float64))
-    return pairs, earlier_cluster
+    n = len(doc_ids)
+    a = pc.index_in(links.column("doc_id"), value_set=doc_ids)
+    same = pc.equal(links.column("linked_crawl"), crawl)
+    b_same = pc.index_in(links.column("linked_doc_id"), value_set=doc_ids)
+    keys = pc.binary_join_element_wise(earlier.column("crawl"), earlier.column("doc_id"), "\0")
+    linked = pc.binary_join_element_wise(links.column("linked_crawl"), links.column("linked_doc_id"), "\0")
+    j = pc.index_in(linked, value_set=keys)
+    b_earlier = np.asarray(j.fill_null(-1), np.int64)
+    ok = pc.and_(pc.is_valid(a), pc.if_else(same, pc.is_valid(b_same), pc.is_valid(j))).to_numpy(zero_copy_only=False)
+    used = np.unique(b_earlier[ok & ~same.to_numpy(zero_copy_only=False)])
+    order = np.argsort(np.asarray(keys.take(pa.array(used, pa.int64())).to_pylist(), object), kind="stable")
+    used = used[order]
+    node_of = np.full(max(len(earlier), 1), -1, np.int64)
+    node_of[used] = n + np.arange(len(used))
+    b = np.where(same.to_numpy(zero_copy_only=False), np.asarray(b_same.fill_null(-1), np.int64), node_of[b_earlier])
+    a = np.asarray(a.fill_null(-1), np.int64)
+    cos = links.column("cosine").to_numpy()
+    earlier_cluster = earlier.column("split_cluster_id").take(pa.array(used, pa.int64())).to_pylist()
+    return (a[ok], b[ok], cos[ok]), earlier_cluster
 
 
 # --- every pending crawl, in crawl order ----------------------------------------------------------------------
