@@ -3,6 +3,7 @@ domain classifier (curated) and the semantic quarantine. Never downloads. No Dag
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +28,16 @@ def static_embedder(dim: int = 256):
     # cache at the package folder finds both the weights and the tokenizer without a network call
     package = Path(wordllama.__file__).parent
     return wordllama.WordLlama.load(dim=dim, cache_dir=package, disable_download=True)
+
+
+@lru_cache(maxsize=2)
+def model_sha256(dim: int = 256) -> str:
+    """sha256 of the model's embedding table (float32 row-major) and its tokenizer's JSON: what stored vectors were
+    made with, so a changed model is a new version of them even under the same `EMBEDDING_MODEL` name."""
+    model = static_embedder(dim)
+    digest = hashlib.sha256(np.ascontiguousarray(model.embedding, dtype=np.float32).tobytes())
+    digest.update(model.tokenizer.to_str().encode())
+    return digest.hexdigest()
 
 
 @lru_cache(maxsize=2)

@@ -307,6 +307,75 @@ DEDUP_NEAR_DUPLICATES = TableDef(
     partition_by=("crawl",),
 )
 
+# Each kept English document's embedding, computed once per segment (assets/dedup/embeddings_table.py): the
+# model's id and the sha256 of its weights on every row, so a changed model is a new version of the rows, never
+# a silent change of the links and splits built from them.
+DEDUP_EMBEDDINGS = TableDef(
+    "dedup",
+    "embeddings",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "model", StringType(), True),  # assets.embeddings.EMBEDDING_MODEL
+        (5, "model_sha256", StringType(), True),  # sha256 of the model's embedding table (its weights)
+        (6, "vector", BinaryType(), True),  # L2-normalised, float16 little-endian, dim * 2 bytes
+    ),
+    partition_by=("crawl", "segment"),
+)
+
+# k-means centroids of the embeddings, fitted once on a seeded sample and kept by version: the buckets within
+# which semantic links are sought (assets/dedup/semantic_links.py). One row per centroid.
+DEDUP_SEMANTIC_CENTROIDS = TableDef(
+    "dedup",
+    "semantic_centroids",
+    _fields(
+        (1, "centroid_version", StringType(), True),  # sha256 of the model, the fit's settings and the vectors
+        (2, "model_sha256", StringType(), True),
+        (3, "centroid", IntegerType(), True),
+        (4, "vector", BinaryType(), True),  # float32 little-endian, dim * 4 bytes
+        (5, "sample_docs", LongType(), True),  # documents the centroids were fitted on
+        (6, "seed", LongType(), True),
+    ),
+    partition_by=("centroid_version",),  # a refit adds a version; the versions in use are never rewritten
+)
+
+# Semantic links found when a crawl was added: pairs whose later document (doc_id) is in `crawl`, the other in
+# the same or an earlier crawl, with the cosine of their stored vectors at or above `threshold`.
+DEDUP_SEMANTIC_LINKS = TableDef(
+    "dedup",
+    "semantic_links",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "linked_doc_id", StringType(), True),
+        (4, "linked_crawl", StringType(), True),
+        (5, "cosine", DoubleType(), True),  # from the two stored vectors alone (float64)
+        (6, "threshold", DoubleType(), True),
+        (7, "model_sha256", StringType(), True),
+        (8, "centroid_version", StringType(), True),
+    ),
+    partition_by=("crawl",),
+)
+
+# Each kept document's split cluster and split, committed crawl by crawl in crawl order (an earlier crawl's rows
+# are never recomputed): assets/dedup/split_assignments.py.
+DEDUP_SPLIT_ASSIGNMENTS = TableDef(
+    "dedup",
+    "split_assignments",
+    _fields(
+        (1, "doc_id", StringType(), True),
+        (2, "crawl", StringType(), True),
+        (3, "segment", StringType(), True),
+        (4, "duplicate_cluster_id", StringType(), True),  # near/exact-duplicate cluster (splits.cluster_ids)
+        (5, "split_cluster_id", StringType(), True),
+        (6, "split", StringType(), True),  # under `split_params`; a view with other fractions re-derives it
+        (7, "split_params", StringType(), True),  # JSON of SplitParams.as_dict()
+        (8, "rule", StringType(), True),  # JSON: threshold, mutual top-k, cap, model and centroid versions
+    ),
+    partition_by=("crawl",),
+)
+
 # The tokenizer as data: the exact tokenizer.json is recoverable from the lakehouse by its id.
 TOKENIZED_TOKENIZERS = TableDef(
     "tokenized",
@@ -562,6 +631,10 @@ TABLES: dict[str, TableDef] = {
         DEDUP_MINHASH_BANDS,
         DEDUP_MINHASH_SIGNATURES,
         DEDUP_NEAR_DUPLICATES,
+        DEDUP_EMBEDDINGS,
+        DEDUP_SEMANTIC_CENTROIDS,
+        DEDUP_SEMANTIC_LINKS,
+        DEDUP_SPLIT_ASSIGNMENTS,
         TOKENIZED_TOKENIZERS,
         TOKENIZED_DOCUMENTS,
         QUARANTINE_EVAL_ITEMS,

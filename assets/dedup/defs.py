@@ -1,5 +1,6 @@
 """Near duplicates: MinHash LSH bands per segment -> dedup.minhash_bands + dedup.minhash_signatures; clusters
-across every segment -> dedup.near_duplicates.
+across every segment -> dedup.near_duplicates. Split clusters: embeddings per segment -> dedup.embeddings; links
+and split assignments crawl by crawl -> dedup.semantic_links (+ dedup.semantic_centroids), dedup.split_assignments.
 
 No `from __future__ import annotations` in defs modules: Dagster reads config and resource types from the
 runtime annotations."""
@@ -9,7 +10,7 @@ import time
 import dagster as dg
 
 from assets import shell
-from assets.dedup import near, signatures
+from assets.dedup import embeddings_table, near, signatures, split_assignments
 from assets.dedup.near_plan import NearDuplicateParams
 from assets.partitions import crawl_segments
 from assets.shell import config_from, md_table, params_from, provenance, run_tasks, table_key
@@ -20,9 +21,15 @@ from resources.executor import TaskExecutorResource
 MINHASH_BANDS = table_key(T.DEDUP_MINHASH_BANDS)
 MINHASH_SIGNATURES = table_key(T.DEDUP_MINHASH_SIGNATURES)
 NEAR_DUPLICATES = table_key(T.DEDUP_NEAR_DUPLICATES)
+EMBEDDINGS = table_key(T.DEDUP_EMBEDDINGS)
+SEMANTIC_LINKS = table_key(T.DEDUP_SEMANTIC_LINKS)
+SPLIT_ASSIGNMENTS = table_key(T.DEDUP_SPLIT_ASSIGNMENTS)
+SPLIT_VERSION = "split-clusters-1"
 MINHASH_VERSION = "minhash-2"
 MinHashConfig = config_from(signatures.SignatureParams, "MinHashConfig")
 NearDuplicateConfig = config_from(NearDuplicateParams, "NearDuplicateConfig")
+EmbeddingConfig = config_from(embeddings_table.EmbeddingParams, "EmbeddingConfig")
+SplitClusterConfig = config_from(split_assignments.SplitClusterParams, "SplitClusterConfig")
 
 
 @dg.multi_asset(
@@ -123,6 +130,107 @@ def near_duplicates(
     return dg.MaterializeResult(metadata=near_metadata(stats, result.stages, commit, plan.snapshot_ids, seconds))
 
 
+@dg.asset(
+    **shell.table_asset(T.DEDUP_EMBEDDINGS, ["doc_id"]),
+    deps=[table_key(T.CURATED_DOCUMENTS)],
+    partitions_def=crawl_segments,
+    code_version=f"embeddings-1-{embeddings_table.EMBEDDING_MODEL}",
+    description="Each kept English document's embedding (dedup.embeddings): float16, with the model's id and sha256.",
+)
+def embeddings(
+    context: dg.AssetExecutionContext,
+    config: EmbeddingConfig,
+    catalog: IcebergCatalogResource,
+    executor: TaskExecutorResource,
+) -> dg.MaterializeResult:
+    """Plan one task per slice of the segment's kept English documents (curated.documents pinned at its current
+    snapshot), embed them on the executor, commit the segment's partition."""
+    ref, params = parse_partition_key(context.partition_key), params_from(embeddings_table.EmbeddingParams, config)
+    lakehouse = catalog.lakehouse()
+    upstream = lakehouse.snapshot_ids([T.CURATED_DOCUMENTS])
+    run = context.run.run_id
+    tasks = embeddings_table.plan(
+        lakehouse, ref.crawl, ref.segment, upstream[T.CURATED_DOCUMENTS.identifier], params, run
+    )
+    t0 = time.perf_counter()
+    results = run_tasks(context, executor.executor(), embeddings_table.run_task, tasks)
+    seconds = time.perf_counter() - t0  # embedding and writing; the commit is not included
+    prov = provenance(context, EMBEDDINGS, params.hashed(), upstream)
+    commit = embeddings_table.commit(lakehouse, ref.crawl, ref.segment, results, prov)[T.DEDUP_EMBEDDINGS]
+    documents = embeddings_table.totals(results)["documents"]
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": commit.rows,
+            **shell.commit_metadata(commit),
+            "tasks": len(tasks),
+            "model_sha256": params.hashed()["model_sha256"],
+            "documents_per_second": round(documents / max(seconds, 1e-9), 1),
+            "seconds": round(seconds, 2),
+        }
+    )
+
+
+SPLIT_SPECS = [
+    shell.table_spec(t, ["doc_id"], deps=deps, code_version=SPLIT_VERSION, skippable=True, description=what)
+    for t, deps, what in (
+        (
+            T.DEDUP_SEMANTIC_LINKS,
+            [EMBEDDINGS],
+            "Semantic links per crawl, found within k-means buckets (dedup.semantic_links); the centroids, fitted "
+            "once on a seeded sample, are kept by version in dedup.semantic_centroids.",
+        ),
+        (
+            T.DEDUP_SPLIT_ASSIGNMENTS,
+            [table_key(T.CURATED_DOCUMENTS), table_key(T.CURATED_EXACT_DUPLICATES), NEAR_DUPLICATES],
+            "Each kept document's split cluster and split, committed crawl by crawl in crawl order.",
+        ),
+    )
+]
+
+
+@dg.multi_asset(name="dedup_split_clusters", pool="iceberg_dedup", can_subset=False, specs=SPLIT_SPECS)
+def dedup_split_clusters(
+    context: dg.AssetExecutionContext,
+    config: SplitClusterConfig,
+    catalog: IcebergCatalogResource,
+    executor: TaskExecutorResource,
+):
+    """For each crawl without stored split assignments under this rule, in crawl order: its semantic links
+    (tasks per range of centroids on the executor), then its split assignments; earlier crawls are only read.
+    The centroids are a side table of the links (like quarantine.screenings of the matches): an aggregate with no
+    document's row, so nothing for a deletion to reach."""
+    params, lakehouse = params_from(split_assignments.SplitClusterParams, config), catalog.lakehouse()
+    upstream = lakehouse.snapshot_ids(split_assignments.INPUTS)
+    keys = {
+        T.DEDUP_SEMANTIC_CENTROIDS: SEMANTIC_LINKS,
+        T.DEDUP_SEMANTIC_LINKS: SEMANTIC_LINKS,
+        T.DEDUP_SPLIT_ASSIGNMENTS: SPLIT_ASSIGNMENTS,
+    }
+    prov = {t: provenance(context, key, params.hashed(), upstream) for t, key in keys.items()}
+    t0 = time.perf_counter()
+    built = split_assignments.build(lakehouse, params, executor.executor(), context.run.run_id, prov)
+    stats, seconds = built["stats"], round(time.perf_counter() - t0, 2)
+    context.log.info("split clusters: crawls %s, centroids %s", sorted(stats["crawls"]), stats["centroid_version"])
+    for t in (T.DEDUP_SEMANTIC_LINKS, T.DEDUP_SPLIT_ASSIGNMENTS):
+        commit = built["commits"].get(t)
+        if commit is not None:
+            meta = {"dagster/row_count": commit.rows, **shell.commit_metadata(commit, built["pinned"])}
+            yield dg.MaterializeResult(asset_key=keys[t], metadata={**meta, **split_metadata(stats, seconds)})
+
+
+def split_metadata(stats: dict, seconds: float) -> dict:
+    """The centroid version and, per recomputed crawl, its link search and assignment counts."""
+    header = ["crawl", "documents bucketed", "comparisons", "links", "largest bucket", "assigned"]
+    cols = ("documents", "comparisons", "links", "largest_bucket", "assigned")
+    rows = [(c, *(s[k] for k in cols)) for c, s in sorted(stats["crawls"].items())]
+    return {
+        "centroid_version": stats["centroid_version"],
+        "centroids_fitted": stats["centroids_fitted"],
+        "seconds": seconds,
+        "crawls": md_table(header, rows),
+    }
+
+
 class LoggedExecutor:
     """The executor, each stage's progress logged to the run (`shell.run_tasks`)."""
 
@@ -182,5 +290,19 @@ near_dedup_job = shell.asset_job(
     description="Near-duplicate clusters across every materialised partition (band by band from Iceberg).",
 )
 
+embed_job = shell.asset_job(
+    "embed", EMBEDDINGS, description="Embeddings of one crawl segment's kept English documents (dedup.embeddings)."
+)
 
-defs = dg.Definitions(assets=[dedup_minhash, near_duplicates], jobs=[minhash_job, near_dedup_job])
+split_clusters_job = shell.asset_job(
+    "split_clusters",
+    SEMANTIC_LINKS,
+    SPLIT_ASSIGNMENTS,
+    description="Semantic links and split assignments of every crawl not yet assigned, in crawl order.",
+)
+
+
+defs = dg.Definitions(
+    assets=[dedup_minhash, near_duplicates, embeddings, dedup_split_clusters],
+    jobs=[minhash_job, near_dedup_job, embed_job, split_clusters_job],
+)

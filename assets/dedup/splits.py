@@ -11,11 +11,12 @@ split) of the earliest earlier cluster it touches. Exact duplicates have identic
 canonical's near-duplicate cluster; ``cluster_ids`` also follows ``duplicate_of`` for an exact duplicate the
 near-duplicate step did not see (a text too short for one shingle).
 
-Semantic links refine the cluster id (``semantic_clusters.py``): documents whose embeddings are neighbours
-(cosine >= ``SplitParams.semantic_threshold``) land in one split cluster, crawl-ordered by the same rule (a
-later document joins the earliest earlier cluster it touches), so every member of a near-duplicate cluster and
-every semantic neighbour of an earlier document lands in one split. ``semantic_threshold=None`` is the
-near-duplicate-only assignment (what views recorded before semantic links existed rebuild with).
+Semantic links refine the cluster id (``semantic_clusters.py``, stored by ``split_assignments.py``): documents
+whose embeddings are neighbours (cosine >= ``SplitParams.semantic_threshold``, mutual top-k) land in one split
+cluster while it stays within a cap, crawl-ordered (a later document joins its best earlier neighbour's cluster,
+earlier clusters never merge), so every member of a near-duplicate cluster lands in one split and no split of an
+earlier document changes. ``semantic_threshold=None`` is the near-duplicate-only assignment (what views recorded
+before semantic links existed rebuild with).
 """
 
 from __future__ import annotations

@@ -19,10 +19,15 @@ def doc_id(text: str, salt: str = "") -> str:
 
 
 def write_documents(
-    lakehouse: Lakehouse, crawl: str, segment: str, docs: Sequence[tuple[str, str | None, bool]], files: int = 3
+    lakehouse: Lakehouse,
+    crawl: str,
+    segment: str,
+    docs: Sequence[tuple[str, str | None, bool]],
+    files: int = 3,
+    language: str | None = None,
 ) -> int:
     """Replace the segment's partition of curated.documents with `docs` ((doc_id, text, kept), in order) cut
-    into `files` data files; the new snapshot id."""
+    into `files` data files, every one in `language`; the new snapshot id."""
     partition = {"crawl": crawl, "segment": segment}
     rows = [
         {
@@ -34,6 +39,7 @@ def write_documents(
             "url": f"https://example.org/{d}",
             "kept": kept,
             "text": text,
+            "language": language,
         }
         for d, text, kept in docs
     ]

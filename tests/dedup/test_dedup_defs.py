@@ -7,13 +7,17 @@ import dagster as dg
 import pytest
 
 from assets.dedup.defs import (
+    EMBEDDINGS,
     MINHASH_BANDS,
     MINHASH_SIGNATURES,
     NEAR_DUPLICATES,
+    SEMANTIC_LINKS,
+    SPLIT_ASSIGNMENTS,
     MinHashConfig,
     NearDuplicateConfig,
     defs,
 )
+from iceberg_catalog import schemas as T
 from iceberg_catalog.digest import table_digest
 from iceberg_catalog.schemas import DEDUP_MINHASH_BANDS, DEDUP_MINHASH_SIGNATURES, DEDUP_NEAR_DUPLICATES
 from resources import IcebergCatalogResource
@@ -85,11 +89,62 @@ def test_a_bad_verify_mode_is_refused_before_the_run_naming_the_value(tokenlake_
 
 
 def test_jobs_group_pool_and_erasure():
-    assert {j.name for j in defs.jobs} == {"minhash", "near_dedup"}
+    assert {j.name for j in defs.jobs} == {"minhash", "near_dedup", "embed", "split_clusters"}
     by_key = {key: a for a in defs.assets for key in a.keys}
-    assert set(by_key) == {MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES}
+    split_keys = {SEMANTIC_LINKS, SPLIT_ASSIGNMENTS}
+    assert set(by_key) == {MINHASH_BANDS, MINHASH_SIGNATURES, NEAR_DUPLICATES, EMBEDDINGS, *split_keys}
     for key, assets_def in by_key.items():
         assert assets_def.group_names_by_key[key] == "dedup" and assets_def.op.pool == "iceberg_dedup"
         metadata = assets_def.metadata_by_key[key]
         tables = [e["table"] for e in metadata["tokenlake/erasure"]["tables"]]
         assert tables == [metadata["iceberg_table"]] and tables[0].startswith("dedup.")
+
+
+def test_split_clusters_run_crawl_by_crawl_after_the_embeddings(lakehouse, instance):
+    """The embed job per segment, then split_clusters: every kept English document assigned; a second run with
+    every crawl assigned commits nothing."""
+    from assets.dedup.semantic_clusters import split_cluster_ids
+    from iceberg_catalog import Lakehouse
+    from iceberg_catalog.schemas import CURATED_DOCUMENTS, DEDUP_SPLIT_ASSIGNMENTS
+    from tests.dedup.documents import doc_id, write_documents
+    from tests.run_view.builders import paragraphs
+
+    texts = paragraphs()[:30]
+    write_documents(lakehouse, "CRAWL-A", "s", [(doc_id(t, "A"), t, True) for t in texts[:20]], language="en")
+    write_documents(lakehouse, "CRAWL-B", "s", [(doc_id(t, "B"), t, True) for t in texts[20:]], language="en")
+    instance.add_dynamic_partitions("crawl_segments", KEYS)
+    for key in KEYS:
+        dg.materialize(
+            list(defs.assets),
+            instance=instance,
+            resources=RESOURCES,
+            partition_key=key,
+            selection=dg.AssetSelection.assets(EMBEDDINGS),
+        )
+    config = {"links": {"centroids": 2, "sample_docs": 100, "tasks": 2}}
+    run = dict(
+        instance=instance,
+        resources=RESOURCES,
+        selection=dg.AssetSelection.assets(SEMANTIC_LINKS, SPLIT_ASSIGNMENTS),
+        run_config={"ops": {"dedup_split_clusters": {"config": config}}},
+    )
+    first = dg.materialize(list(defs.assets), **run)
+    keys = {m.asset_key for m in first.asset_materializations_for_node("dedup_split_clusters")}
+    assert keys == {SEMANTIC_LINKS, SPLIT_ASSIGNMENTS}
+    lake = Lakehouse()
+    assert lake.scan(DEDUP_SPLIT_ASSIGNMENTS).num_rows == 30
+    assert len(split_cluster_ids(lake, lake.snapshot_ids([CURATED_DOCUMENTS]), 0.75)) == 30
+    again = dg.materialize(list(defs.assets), **run)
+    assert again.asset_materializations_for_node("dedup_split_clusters") == []
+
+
+def test_deletion_propagation_reaches_the_split_tables():
+    """Every asset downstream of raw must declare its erasure, or propagation refuses to start: the split tables
+    with document rows are erased by doc_id (the centroids, an aggregate, are a side table of the links)."""
+    from assets.governance.deletion_defs import erasure_declarations
+    from assets.governance.propagate import plan
+    from orchestration.definitions import defs as all_defs
+
+    targets = {t.table.identifier: t.columns for t in plan(erasure_declarations(all_defs.resolve_asset_graph()))}
+    for t in (T.DEDUP_EMBEDDINGS, T.DEDUP_SEMANTIC_LINKS, T.DEDUP_SPLIT_ASSIGNMENTS):
+        assert targets[t.identifier] == ("doc_id",)

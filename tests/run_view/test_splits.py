@@ -19,6 +19,7 @@ from assets.dedup.splits import SEMANTIC_THRESHOLD, SplitParams, cluster_ids, sp
 from assets.embeddings import embed
 from assets.run_view import store
 from iceberg_catalog.schemas import CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES, RUN_VIEW_SAMPLES
+from tests.dedup.split_lake import assign_splits
 from tests.run_view import builders
 
 WIDE = SplitParams(validation=0.3, test=0.3, seed=7)  # every split well populated in small tests
@@ -107,6 +108,7 @@ def test_run_views_select_disjoint_splits_and_views_without_a_split_keep_their_i
     assert "split" not in whole.manifest and list(whole.manifest["exclusions"]) == list(store.EXCLUSION_REASONS)
     assert "split" not in builders.spec(name="whole").config()
     _write_near_duplicates(lakehouse, docs, [[0, 1, 2], [3, 4]])
+    assign_splits(lakehouse)
     whole = builders.candidate(lakehouse, name="whole")
     pinned = store.load_manifest(lakehouse, whole.run_view_id)["manifest"]["inputs"]
     clusters = split_cluster_ids(lakehouse, pinned, SEMANTIC_THRESHOLD)
@@ -174,10 +176,12 @@ def test_semantic_neighbours_share_a_split_and_a_later_crawl_changes_no_earlier_
     _write_kept(lakehouse, "CC-2020", "seg-x", {f"orig-{k}": i["original"] for k, i in enumerate(items)})
     _write_kept(lakehouse, "CC-2020", "seg-y", {"orig-de": items[0]["original"]}, language="de")
     tables = (CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES)
+    assign_splits(lakehouse)
     before = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
     builders.write_documents(lakehouse, n_docs=24, first=24, segments=("CC-2021/seg-a",))
     _write_kept(lakehouse, "CC-2021", "seg-x", {f"para-{k}": i["paraphrase"] for k, i in enumerate(items)})
     _write_kept(lakehouse, "CC-2021", "seg-y", {"para-de": items[0]["paraphrase"]}, language="de")
+    assign_splits(lakehouse)
     after = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
     assert len(before) == 31 and len(after) == 62
     # documents outside SEMANTIC_LANGUAGES (the embeddings are English) get no semantic links
@@ -195,6 +199,7 @@ def test_a_cluster_keeps_its_name_and_split_when_its_canonical_is_erased(lakehou
     _write_kept(lakehouse, "CC-2020", "seg-x", {"a-1": texts[0], "a-2": texts[0] + " More.", "b": texts[1]})
     _write_near_duplicates(lakehouse, docs, [[0, 1]])
     tables = (CURATED_DOCUMENTS, CURATED_EXACT_DUPLICATES, DEDUP_NEAR_DUPLICATES)
+    assign_splits(lakehouse)
     before = split_cluster_ids(lakehouse, lakehouse.snapshot_ids(tables), SEMANTIC_THRESHOLD)
     assert before["a-1"] == before["a-2"] == "a-1"
     _write_kept(lakehouse, "CC-2020", "seg-x", {"a-2": texts[0] + " More.", "b": texts[1]})  # a-1 erased
