@@ -327,7 +327,8 @@ def test_mixture_and_deletion_proposals_dry_run_on_the_current_lakehouse(lakehou
     report = json.loads(proposals.load(lakehouse, res.output_for_node("record_proposal"))["dry_run_json"])
     rows = {ident: n for ident, n in report["rules"][0]["rows"].items() if n}
     assert rows == {"curated.documents": 1, "tokenized.documents": 1} and report["doc_ids"] == [doc_id]
-    assert report["rows"]["raw.warc_records"] == 0 and len(report["rows"]) == 10  # every table a deletion reaches
+    assert report["rows"]["raw.warc_records"] == 0 and len(report["rows"]) == 13  # every table a deletion reaches
+    assert {"dedup.embeddings", "dedup.semantic_links", "dedup.split_assignments"} <= set(report["rows"])
 
 
 def test_a_mixture_policy_is_not_verified_until_a_candidate_is_built_under_it(lakehouse, instance):
