@@ -296,7 +296,8 @@ def _curate_chunks(records: Iterable[Sequence[dict]], params: CurateParams, lm_p
     except BrokenProcessPool:
         _drop_pool(params.workers, pool)
         raise
-    finally:  # a consumer that stops early (or fails) leaves no work queued for the next partition
+    finally:  # a consumer that stops early (or fails) leaves at most its look-ahead behind: what the pool has
+        # not started is cancelled; what sits in its call queue is already marked running and finishes
         for fut in pending:
             fut.cancel()
 

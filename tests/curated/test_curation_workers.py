@@ -97,13 +97,16 @@ def test_the_pool_outlives_partitions_and_a_broken_one_is_replaced(
 
 
 def test_an_early_stop_leaves_no_work_queued(no_pools, real_pages, reference_lm_file, tokenlake_home):  # noqa: F811
-    """A consumer that stops after the first chunk (a failed task) cancels what it queued."""
+    """A consumer that stops after the first chunk (a failed task) leaves at most its look-ahead (2 chunks per
+    worker) behind, never the rest of the partition: the next partition waits for little. What the pool has
+    already handed to its call queue is marked running and cannot be cancelled, so the bound is the look-ahead."""
     recs = records(real_pages)
     params = CurateParams(workers=2)
-    rows = curate_records([recs[i : i + 1] for i in range(len(recs))], params, reference_lm_file)
+    # a quick first chunk, then many that take a while, so that unbounded submission would still be queued
+    chunks = [recs[:1]] + [recs * 6] * 10
+    rows = curate_records(chunks, params, reference_lm_file)
     assert len(next(rows)) == 1
     rows.close()
-    pool = pipeline._POOLS[2]
-    # only what already runs may finish: at most one chunk per worker
-    assert sum(not w.future.done() for w in pool._pending_work_items.values()) <= params.workers
+    pool = pipeline._POOLS[params.workers]
+    assert sum(not w.future.done() for w in pool._pending_work_items.values()) <= 2 * params.workers
     assert len(curate(recs, params, reference_lm_file)) == len(recs)  # and the pool serves the next partition
