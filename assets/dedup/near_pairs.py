@@ -5,6 +5,7 @@ the pairs need, compare in bounded batches). Every function here runs in a task,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -28,14 +29,14 @@ from assets.dedup.near_plan import (
     NearDuplicatePlan,
     Task,
     fs,
-    iter_matching,
+    iter_found,
     read_scratch,
     small,
     task_result,
     task_start,
     unique,
 )
-from assets.dedup.shuffle import PartWriter, keys, partition_of, split_keys, write_parts
+from assets.dedup.shuffle import Matcher, PartWriter, iter_part, keys, partition_of, ranges, split_keys, write_parts
 from iceberg_catalog import TaskResult
 from iceberg_catalog.schemas import (
     CURATED_DOCUMENTS,
@@ -177,30 +178,73 @@ def pairs_task(t: Task) -> TaskResult:
 
 def fetch_task(t: Task) -> TaskResult:
     """The texts (verify="exact") or signatures ("estimated") of the documents requested from the segments of
-    partition `t.index`, one segment's data files at a time, sent to the pair partitions that asked."""
+    partition `t.index`, sent to the pair partitions that asked: one segment at a time, its data files streamed a
+    batch at a time. The task holds one segment's requests (a doc_id and a partition number each) and one batch,
+    never a segment's texts or signatures, and a batch costs the same whatever the number of requests."""
     p, start = t.plan, task_start()
-    requests, nbytes = read_scratch(p, t.inputs[0], t.index, REQUESTS)
-    crawls, doc_ids = split_keys(requests["key"])
-    requests = requests.append_column("crawl", crawls).append_column("doc_id", doc_ids)
+    by_segment, nbytes = requests_by_segment(p, t.inputs[0], t.index)
     source, column = feature_source(p.params)
-    schema = feature_schema(p.params)
-    writer = PartWriter(fs(p), p.scratch_path("features", t.index), schema)  # one segment's features at a time
-    for group in (
-        unique(requests, ["crawl", "segment"]).sort_by([("crawl", "ascending"), ("segment", "ascending")]).to_pylist()
-    ):
-        wanted = requests.filter(
-            pc.and_(pc.equal(requests["crawl"], group["crawl"]), pc.equal(requests["segment"], group["segment"]))
+    writer = PartWriter(fs(p), p.scratch_path("features", t.index), feature_schema(p.params))
+    for crawl, segment in sorted(by_segment):
+        asked = Requested.of(*by_segment.pop((crawl, segment)))
+        where = And(EqualTo("crawl", crawl), EqualTo("segment", segment))
+        found, read = iter_found(
+            p.lakehouse, source, p.snapshot(source), ("doc_id", column), where, "doc_id", asked.ids
         )
-        where = And(EqualTo("crawl", group["crawl"]), EqualTo("segment", group["segment"]))
-        ids = pc.unique(wanted["doc_id"])
-        batches, read = iter_matching(p.lakehouse, source, p.snapshot(source), ("doc_id", column), where, "doc_id", ids)
         nbytes += read
-        asks = wanted.select(["doc_id", "key", "part"])
-        for batch in batches:  # a batch at a time: a segment's texts never sit in memory together
-            rows = pa.Table.from_batches([batch]).rename_columns(["doc_id", "value"])
-            features = asks.join(rows, "doc_id", join_type="inner").select(["key", "value", "part"]).cast(schema)
-            writer.write(features, features["part"].to_numpy())
+        for batch, positions in found:
+            rows, parts = asked.parts_of(positions)  # a document asked by several partitions goes to each
+            batch = batch.take(pa.array(rows))
+            crawls = pa.repeat(pa.scalar(crawl, pa.string()), batch.num_rows)
+            writer.write(
+                pa.table({"key": keys(crawls, batch.column(0)), "value": batch.column(1), "part": parts}), parts
+            )
     return task_result(t, start, nbytes, features=writer.close())
+
+
+def requests_by_segment(
+    p: NearDuplicatePlan, paths: Sequence[str], part: int
+) -> tuple[dict[tuple[str, str], tuple[pa.Array, np.ndarray]], int]:
+    """Partition `part`'s requests per (crawl, segment): the doc_ids asked and the pair partition asking each,
+    read a row group at a time (the keys and segment names are not held together), and the bytes read."""
+    gathered: dict[tuple[str, str], list[tuple[pa.Array, np.ndarray]]] = {}
+    nbytes = 0
+    for table in iter_part(fs(p), paths, part, REQUESTS):
+        nbytes += table.nbytes
+        crawls, doc_ids = split_keys(table["key"])
+        groups = pa.table({"crawl": crawls, "segment": table["segment"]})
+        for group in unique(groups, ["crawl", "segment"]).to_pylist():
+            mask = pc.and_(pc.equal(crawls, group["crawl"]), pc.equal(table["segment"], group["segment"]))
+            parts = table["part"].filter(mask).to_numpy()
+            gathered.setdefault((group["crawl"], group["segment"]), []).append((doc_ids.filter(mask), parts))
+    return {
+        g: (pa.concat_arrays([d.combine_chunks() for d, _ in pieces]), np.concatenate([q for _, q in pieces]))
+        for g, pieces in gathered.items()
+    }, nbytes
+
+
+@dataclass(frozen=True)
+class Requested:
+    """The distinct doc_ids asked of one segment (`ids`) and, for the k-th of `ids.values`, the partitions that
+    asked for it: parts[starts[k] : starts[k + 1]]."""
+
+    ids: Matcher
+    starts: np.ndarray
+    parts: np.ndarray
+
+    @classmethod
+    def of(cls, doc_ids: pa.Array, parts: np.ndarray) -> Requested:
+        ids = Matcher(pc.unique(doc_ids))
+        _, positions = ids.find(doc_ids)  # every asked doc_id is in the set: one position per request, in order
+        order = np.argsort(positions, kind="stable")
+        starts = np.searchsorted(positions[order], np.arange(len(ids) + 1))
+        return cls(ids, starts, parts[order])
+
+    def parts_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For found documents at `positions` of `ids.values`: each one's index, once per partition that asked,
+        beside that partition."""
+        which, at = ranges(self.starts[positions], self.starts[positions + 1] - self.starts[positions])
+        return which, self.parts[at]
 
 
 def feature_source(params: NearDuplicateParams):

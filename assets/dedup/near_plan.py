@@ -11,11 +11,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from assets.dedup.minhash import MinHashParams
-from assets.dedup.shuffle import read_part
+from assets.dedup.shuffle import Matcher, read_part
 from assets.knobs import knob
 from iceberg_catalog import Lakehouse, ScanSlice, TaskResult
 from iceberg_catalog.schemas import (
@@ -194,20 +195,29 @@ def iter_matching(
     lakehouse: Lakehouse, t, snapshot_id: int | None, columns: Sequence[str], where, key: str, values: pa.Array
 ) -> tuple[Iterator[pa.RecordBatch], int]:
     """The matching rows of `read_matching` a data-file batch at a time (a caller that streams them on holds one
-    batch), and the bytes of the data files they come from. `where` (crawl, segment) prunes files by their
-    statistics; the values are matched batch by batch with a hash set. A pyiceberg `In` over a long list (every
-    requested document of a segment) is bound and pushed down into Arrow's row-group statistics; the tasks that
-    used it were the 8M bench's largest (fetch, 2.7 GiB) and the 8M + 1M incremental run's costliest (labels,
-    173 of 388 CPU s)."""
+    batch), and the bytes of the data files they come from (`iter_found`)."""
+    batches, nbytes = iter_found(lakehouse, t, snapshot_id, columns, where, key, Matcher(pc.unique(values)))
+    return (batch for batch, _ in batches), nbytes
+
+
+def iter_found(
+    lakehouse: Lakehouse, t, snapshot_id: int | None, columns: Sequence[str], where, key: str, wanted: Matcher
+) -> tuple[Iterator[tuple[pa.RecordBatch, np.ndarray]], int]:
+    """The rows of `t` matching `where` whose column `key` is in `wanted`, a data-file batch at a time with each
+    row's position in `wanted.values`, and the bytes of the data files they come from. `where` (crawl, segment)
+    prunes files by their statistics; the values are matched batch by batch (`shuffle.Matcher`). A pyiceberg `In`
+    over a long list (every requested document of a segment) is bound and pushed down into Arrow's row-group
+    statistics; the tasks that used it were the 8M bench's largest (fetch, 2.7 GiB) and the 8M + 1M incremental
+    run's costliest (labels, 173 of 388 CPU s)."""
     slices = lakehouse.slices(t, snapshot_id, where, columns)
     schema = pa.schema([small(t.arrow_schema.field(c)) for c in columns])
-    wanted = values.cast(schema.field(key).type)
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    def batches() -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
         for s in slices:
             for batch in lakehouse.read_slice(s):
                 batch = batch.select(list(columns)).cast(schema)
-                yield batch.filter(pc.is_in(batch.column(key), value_set=wanted))
+                rows, positions = wanted.find(batch.column(key))
+                yield batch.take(pa.array(rows)), positions
 
     return batches(), sum(f.file.file_size_in_bytes for s in slices for f in s.files)
 

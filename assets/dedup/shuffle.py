@@ -11,7 +11,7 @@ order (no crawl name contains NUL), so min and sort on keys give the earliest cr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -43,18 +43,55 @@ def partition_of(k: pa.Array | pa.ChunkedArray, n_parts: int) -> np.ndarray:
     """A stable hash partition in [0, n_parts) of each string (the same on every machine and run)."""
     if n_parts == 1 or len(k) == 0:
         return np.zeros(len(k), np.int64)
+    return (string_hashes(k) % np.uint64(n_parts)).astype(np.int64)
+
+
+def string_hashes(k: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Stable 64-bit hashes (uint64) of strings (a null hashes as the empty string)."""
     arr = (k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k).cast(pa.large_string())
     offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.empty(0, np.uint8)
-    out = np.empty(len(arr), np.int64)
+    out = np.empty(len(arr), np.uint64)
     for lo in range(0, len(arr), HASH_CHUNK):
         bounds = offsets[lo : lo + HASH_CHUNK + 1]
         chunk = data[bounds[0] : bounds[-1]]
         rel = (bounds - bounds[0]).astype(np.intp)
-        out[lo : lo + len(rel) - 1] = (byte_string_hashes(chunk, rel[:-1], rel[1:]) % np.uint64(n_parts)).astype(
-            np.int64
-        )
+        out[lo : lo + len(rel) - 1] = byte_string_hashes(chunk, rel[:-1], rel[1:])
     return out
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every k repeated counts[k] times, beside starts[k], starts[k] + 1, ..., starts[k] + counts[k] - 1."""
+    which = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    offsets = np.cumsum(counts) - counts
+    return which, np.repeat(np.asarray(starts, np.int64) - offsets, counts) + np.arange(len(which), dtype=np.int64)
+
+
+class Matcher:
+    """Exact lookup of strings in a fixed set of distinct strings, by their sorted 64-bit hashes, every hash hit
+    confirmed by comparing the strings: a batch costs O(batch x log set). `pc.is_in` and a hash join build their
+    hash table of the whole set again at every call: a task that streamed a 1M-document segment in batches against
+    its requests spent time quadratic in the segment (the 16M bench's fetch: 268 CPU s vs 2.6 at 1M)."""
+
+    def __init__(self, values: pa.Array | pa.ChunkedArray) -> None:
+        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        hashes = string_hashes(values)
+        order = np.argsort(hashes, kind="stable")
+        self.hashes, self.values = hashes[order], values.take(pa.array(order))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def find(self, k: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of `k`, positions in `self.values`) of every string of `k` in the set, rows ascending."""
+        k = k.cast(self.values.type)
+        hashes = string_hashes(k)
+        lo = np.searchsorted(self.hashes, hashes, "left")
+        counts = np.searchsorted(self.hashes, hashes, "right") - lo
+        rows, pos = ranges(lo, counts)
+        same = pc.equal(pc.take(k, pa.array(rows)), self.values.take(pa.array(pos)))
+        keep = same.fill_null(False).to_numpy(zero_copy_only=False)
+        return rows[keep], pos[keep]
 
 
 FLUSH_BYTES = 64 << 20  # rows a PartWriter holds before it writes them: fewer, larger row groups per partition
@@ -120,19 +157,20 @@ def write_parts(io: FileIO, path: str, table: pa.Table, parts: np.ndarray) -> st
 def read_part(io: FileIO, paths: Sequence[str], part: int, schema: pa.Schema) -> pa.Table:
     """The rows of partition `part` from every file of `paths` (in path order), as `schema`: only the row groups
     whose `_part` statistics say `part` are read."""
-    tables = []
+    tables = list(iter_part(io, paths, part, schema))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def iter_part(io: FileIO, paths: Sequence[str], part: int, schema: pa.Schema) -> Iterator[pa.Table]:
+    """`read_part`'s rows a row group at a time (a `PartWriter` flush of one partition: at most FLUSH_BYTES)."""
     for path in paths:
         with io.new_input(path).open(seekable=True) as f:
             pf = pq.ParquetFile(f)
             column = pf.schema_arrow.get_field_index(PART)
-            groups = [
-                i
-                for i in range(pf.metadata.num_row_groups)
-                if pf.metadata.row_group(i).num_rows and pf.metadata.row_group(i).column(column).statistics.min == part
-            ]
-            if groups:
-                tables.append(pf.read_row_groups(groups, columns=schema.names))
-    return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+            for i in range(pf.metadata.num_row_groups):
+                meta = pf.metadata.row_group(i)
+                if meta.num_rows and meta.column(column).statistics.min == part:
+                    yield pf.read_row_group(i, columns=schema.names).cast(schema)
 
 
 def delete_all(io: FileIO, paths: Sequence[str]) -> None:
