@@ -454,18 +454,21 @@ def links_in_buckets(b: Bucketed, lo: int, hi: int, params: LinkParams) -> Itera
 
 
 def leaf_stats(b: Bucketed, cut: Leaves) -> dict[str, int]:
-    """What one bucket costs: cosines (crawl-k members x members, per leaf), its size, its largest leaf."""
+    """What one bucket costs: cosines (crawl-k members x members, per leaf; and were it not cut), its size, its
+    largest leaf."""
     sizes = np.array([len(x) for x in cut.leaves], np.int64)
     new = np.array([b.new[cut.members[x]].sum() for x in cut.leaves], np.int64)
     return {
         "comparisons": int((sizes * new).sum()),
+        # what comparing within the whole bucket would cost: the cut's saving, measured
+        "uncut_comparisons": len(cut.members) * int(b.new[cut.members].sum()),
         "largest_bucket": len(cut.members),
         "largest_leaf": int(sizes.max(initial=0)),
         "cut_buckets": int(len(cut.leaves) > 1),
     }
 
 
-SUMMED = ("documents", "comparisons", "links", "cut_buckets")  # the other stats are largest values
+SUMMED = ("documents", "comparisons", "uncut_comparisons", "links", "cut_buckets")  # the other stats are largest values
 
 
 def run_task(task: LinkTask) -> TaskResult:
