@@ -180,11 +180,11 @@ def nearest_centroids(vectors: np.ndarray, centroids: np.ndarray, probes: int) -
     (elementwise, a fixed order), so a row's buckets do not depend on the rows batched with it."""
     x = np.nan_to_num(np.asarray(vectors, np.float32))
     short = min(probes + 2, len(centroids))
-    out = np.empty((len(x), probes), np.int32)
+    c64, out = centroids.astype(np.float64), np.empty((len(x), probes), np.int32)
     for lo in range(0, len(x), _CHUNK):  # bounds the (rows x centroids) and (rows x short x dim) temporaries
         part = x[lo : lo + _CHUNK]
         cand = largest(part @ centroids.T, short)
-        exact = (part[:, None, :].astype(np.float64) * centroids[cand].astype(np.float64)).sum(axis=2)
+        exact = (part[:, None, :].astype(np.float64) * c64[cand]).sum(axis=2)
         order = np.lexsort((cand, -exact), axis=1)[:, :probes]
         out[lo : lo + _CHUNK] = np.take_along_axis(cand, order, axis=1)
     return out
@@ -395,10 +395,12 @@ def smallest_shared(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Leaves:
-    """One bucket's members (rows of the task, ascending), its leaves (member positions) and each member's."""
+    """One bucket's members (rows of the task, ascending) and their vectors, its leaves (member positions) and
+    each member's leaves."""
 
     bucket: int
     members: np.ndarray
+    vectors: np.ndarray  # float32, converted once per bucket: a member of a cut bucket is in several leaves
     leaves: list[np.ndarray]
     sets: np.ndarray
 
@@ -406,12 +408,12 @@ class Leaves:
 def leaves_of(b: Bucketed, lo: int, hi: int, params: LinkParams) -> Iterator[Leaves]:
     """The buckets [lo, hi), each cut into its leaves."""
     for bucket, members in bucket_members(b, lo, hi):
+        v = b.vectors[members].astype(np.float32)
         if len(members) > params.max_bucket:
-            ranks = sample_rank(list(b.keys[members]), params.seed)
-            leaves = bucket_leaves(b.vectors[members], ranks, params)
+            leaves = bucket_leaves(v, sample_rank(list(b.keys[members]), params.seed), params)
         else:
             leaves = [np.arange(len(members))]
-        yield Leaves(bucket, members, leaves, leaf_sets(leaves, len(members)))
+        yield Leaves(bucket, members, v, leaves, leaf_sets(leaves, len(members)))
 
 
 _CELLS = 4 << 20  # cells of a leaf's similarity matrix computed at a time, and candidate pairs at most
@@ -421,13 +423,12 @@ def leaf_pairs(b: Bucketed, cut: Leaves, leaf: int, threshold: float) -> Iterato
     """(later, earlier) row pairs of one leaf whose float32 cosine is near `threshold` or above: the later row
     in crawl k, each pair once: only in the smallest bucket the two rows share and the smallest leaf of it."""
     local = cut.leaves[leaf]
-    rows = cut.members[local]
-    later = local[b.new[rows]]
-    v = b.vectors[rows].astype(np.float32)
-    step = max(1, min(_BLOCK, _CELLS // max(len(rows), 1)))  # a leaf of near-identical rows: all candidates
+    later = local[b.new[cut.members[local]]]
+    v = cut.vectors[local]
+    step = max(1, min(_BLOCK, _CELLS // max(len(local), 1)))  # a leaf of near-identical rows: all candidates
     for lo in range(0, len(later), step):
         mine = later[lo : lo + step]
-        i, j = np.nonzero(b.vectors[cut.members[mine]].astype(np.float32) @ v.T >= threshold - _MARGIN)
+        i, j = np.nonzero(cut.vectors[mine] @ v.T >= threshold - _MARGIN)
         la, le = mine[i], local[j]
         a, e = cut.members[la], cut.members[le]
         # both in crawl k: keep the pair once, with the later key as `a`
