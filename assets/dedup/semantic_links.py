@@ -26,10 +26,13 @@ Why cutting buckets and not blocks: with the centroids fixed after the fit a buc
 comparing a new document with all of its bucket (in blocks or not) costs ~probes x corpus / centroids cosines:
 adding a crawl to 4N documents costs ~2.5x adding it to N. A cut bucket's leaves hold about `max_bucket` / 2
 rows, a new document is in at most probes^(depth + 1) leaves, so its cosines are bounded by a constant and the
-comparisons of a crawl grow with the crawl alone. What still grows with the corpus is reading and routing the
-earlier crawls' vectors (one float32 product with the centroids per row and crawl, ~1e-2 of a new document's
-comparisons) and the sub-k-means of the cut buckets (fitted on at most `FIT_PER_CHILD` rows per child), both
-linear in the corpus with small constants (bench/splits_scale.py measures the ratio).
+comparisons of a crawl grow with the crawl alone (measured: 1.16x cosines for a crawl added to 4x the corpus,
+where whole buckets cost 2.5x). What still grows with the corpus, linearly: reading and routing every earlier
+row again per crawl (~14 us a row at 1,024 centroids), re-fitting and sub-routing the cut buckets, and the
+links themselves where the corpus has more neighbours above the threshold; on a scale model these made the CPU
+of an added crawl 1.98x, not <= 1.5x (bench/README.md). Storing each row's routing once would remove the first
+(it needs a per-document table). A cut pays only when a bucket is several times `max_bucket`: just above it,
+2 children per row and unbalanced children cost more cosines than the whole bucket (measured at 1M).
 """
 
 from __future__ import annotations
