@@ -32,7 +32,8 @@ row again per crawl (~14 us a row at 1,024 centroids), re-fitting and sub-routin
 links themselves where the corpus has more neighbours above the threshold; on a scale model these made the CPU
 of an added crawl 1.98x, not <= 1.5x (bench/README.md). Storing each row's routing once would remove the first
 (it needs a per-document table). A cut pays only when a bucket is several times `max_bucket`: just above it,
-2 children per row and unbalanced children cost more cosines than the whole bucket (measured at 1M).
+2 children per row and unbalanced children cost more cosines than the whole bucket (measured at 1M), so a cut
+is kept only when its children's sizes promise fewer (`bucket_leaves`).
 """
 
 from __future__ import annotations
