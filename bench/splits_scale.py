@@ -26,6 +26,7 @@ in crawl B, under the stored rule.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assets.dedup import embeddings_table, semantic_links, split_assignments  # noqa: E402
+from assets.embeddings import embed, model_sha256  # noqa: E402
 from bench.dedup_scale_data import Layout, bench_provenance, curated_rows, perturb, real_sentences  # noqa: E402
 from bench.task_pool import FreshProcessExecutor  # noqa: E402
 from iceberg_catalog import Lakehouse, schemas  # noqa: E402
@@ -69,7 +71,7 @@ class HwmExecutor:
     """`FreshProcessExecutor` (a fresh process per task, 2 at a time) recording each task's own VmHWM."""
 
     def __init__(self, workers: int = 2) -> None:
-        self.pool, self.peak_bytes = FreshProcessExecutor(workers), 0
+        self.pool, self.peak_bytes, self.names = FreshProcessExecutor(workers), 0, []
 
     @property
     def stages(self) -> list:
@@ -78,7 +80,16 @@ class HwmExecutor:
     def map(self, fn, tasks, progress=None) -> list:
         out = self.pool.map(with_hwm, [(fn, t) for t in tasks], progress)
         self.peak_bytes = max([self.peak_bytes, *(hwm for _, hwm in out)])
+        self.names.append((fn.__name__, max((hwm for _, hwm in out), default=0)))
         return [r for r, _ in out]
+
+    def stage_table(self, first: int) -> list[dict]:
+        """The stages from `first` on: task function, tasks, wall and CPU seconds, largest task VmHWM."""
+        return [
+            {"fn": name, "tasks": s["tasks"], "wall_s": round(s["wall_s"], 1), "cpu_s": round(s["cpu_s"], 1)}
+            | {"peak_mib": round(hwm / 2**20, 1)}
+            for (name, hwm), s in zip(self.names[first:], (x.summary() for x in self.pool.stages[first:]))
+        ]
 
 
 def corpus(n: int, sentences: list[str], per_doc: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -166,6 +177,7 @@ def assign(lakehouse: Lakehouse, params: split_assignments.SplitClusterParams, p
         "link_seconds": round(link_s, 2),
         "assign_seconds": round(seconds - link_s, 2),
         "link_task_peak_rss_mib": round(pool.peak_bytes / 2**20, 1),
+        "stages": pool.stage_table(before),
         "crawls": built["stats"]["crawls"],
     }
 
@@ -231,6 +243,90 @@ def measure(n: int, args, sentences: list[str]) -> dict:
     }
 
 
+# --- the incremental case, on synthetic vectors ---------------------------------------------------------------
+
+SYN_SEGMENT = 250_000  # synthetic documents per segment (a data file each: one route task)
+
+
+def synthetic_vectors(n: int, pool: np.ndarray, weights: np.ndarray, per_doc: int, seed) -> np.ndarray:
+    """n document vectors from the embedding distribution (labelled synthetic): a document is the normalised
+    word-weighted sum of `per_doc` real sentence embeddings (wordllama pools token vectors by their mean, so a
+    document's vector is close to its sentences' weighted sum); 5% near copies of an earlier document of the
+    batch (noise: cosine ~0.99), 5% edits (a third of its sentences replaced)."""
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(pool), (n, per_doc))
+    kind, earlier = rng.random(n), (rng.random(n) * np.arange(n)).astype(np.int64)
+    edit = (kind >= COPY) & (kind < COPY + EDIT) & (np.arange(n) > 0)
+    swap = rng.random((n, per_doc)) < 1 / 3
+    picks[edit] = np.where(swap[edit], picks[edit], picks[earlier[edit]])
+    v = np.zeros((n, pool.shape[1]), np.float32)
+    for k in range(per_doc):  # one sentence column at a time: (n, per_doc, dim) would be 400 MiB at 50k
+        v += pool[picks[:, k]] * weights[picks[:, k], None]
+    copy = (kind < COPY) & (np.arange(n) > 0)
+    v[copy] = v[earlier[copy]] + rng.normal(0, 0.12, (int(copy.sum()), v.shape[1])) * np.abs(v[earlier[copy]]).mean()
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def synthetic_range(a: int, b: int, pool: np.ndarray, weights: np.ndarray, per_doc: int, seed: tuple) -> np.ndarray:
+    """Synthetic documents a..b-1 of one sequence, 50,000 to a chunk seeded by its start (so a prefix of a longer
+    sequence is the shorter one)."""
+    chunks = range(a - a % 50_000, b, 50_000)
+    v = np.concatenate([synthetic_vectors(50_000, pool, weights, per_doc, [*seed, c]) for c in chunks])
+    return v[a - chunks[0] : b - chunks[0]]
+
+
+def write_vectors(lakehouse: Lakehouse, crawl: str, n: int, make) -> None:
+    """`n` synthetic embeddings of `crawl`, one segment per SYN_SEGMENT documents (`make(lo, hi)`: vectors)."""
+    sha = model_sha256()
+    for seg, lo in enumerate(range(0, n, SYN_SEGMENT)):
+        hi = min(n, lo + SYN_SEGMENT)
+        segment = f"seg-{seg:03d}"
+        writer = lakehouse.writer(schemas.DEDUP_EMBEDDINGS, {"crawl": crawl, "segment": segment})
+        for a in range(lo, hi, 50_000):
+            b = min(hi, a + 50_000)
+            ids = [f"{crawl}-{i:012d}" for i in range(a, b)]
+            writer.write(embeddings_table.embedding_table(ids, make(a, b), crawl, segment, sha))
+        writer.commit(bench_provenance("dedup/embeddings", crawl, 0))
+
+
+def incremental(existing: int, added: int, centroids: int, sentences: list[str], args) -> dict:
+    """Synthetic vectors: a crawl of `added` documents linked after one of `existing` documents (the same added
+    crawl whatever `existing` is; the existing documents a prefix of one sequence): the added crawl's link step
+    (route + link stages, 2 task processes, commit), its cosines and what uncut buckets would have cost."""
+    pool_texts = sentences[:: max(1, len(sentences) // 20_000)]
+    pool = embed(pool_texts)
+    weights = np.array([len(t.split()) for t in pool_texts], np.float32)
+
+    def vectors(salt: int):
+        return functools.partial(
+            synthetic_range, pool=pool, weights=weights, per_doc=args.sentences, seed=(args.seed, salt)
+        )
+
+    links = semantic_links.LinkParams(centroids=centroids, sample_docs=50_000)
+    model, pool_ = model_sha256(), HwmExecutor(2)
+    with tempfile.TemporaryDirectory(prefix="splits-incr-") as home:
+        lakehouse = lakehouse_at(home)
+        write_vectors(lakehouse, "CC-SYN-00", existing, vectors(0))
+        write_vectors(lakehouse, "CC-SYN-01", added, vectors(1))
+        at = lakehouse.snapshot_id(schemas.DEDUP_EMBEDDINGS)
+        prov = bench_provenance("dedup/semantic_links", None, 0)
+        version, c, _ = semantic_links.ensure_centroids(lakehouse, at, model, links, prov)
+        run = uuid.uuid4().hex
+        t0 = time.perf_counter()
+        planned = semantic_links.plan(lakehouse, "CC-SYN-01", at, model, (version, c), links, run)
+        results, _ = semantic_links.link_crawl(planned, pool_, run, prov)
+        seconds = time.perf_counter() - t0
+    return {
+        "existing": existing,
+        "added": added,
+        "centroids": centroids,
+        "link_seconds": round(seconds, 1),
+        "stages": pool_.stage_table(0),
+        "largest_task_peak_rss_mib": round(pool_.peak_bytes / 2**20, 1),
+        **semantic_links.totals(results),
+    }
+
+
 def paraphrase_recall() -> dict:
     """The 50 committed paraphrases vs their originals, with 1,572 real background documents, under the rule."""
     from assets.quarantine.semantic import reference_runs, web_texts
@@ -262,10 +358,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-paraphrases", action="store_true", help="skip the paraphrase-set recall")
     parser.add_argument("--json", action="store_true", help="also print the whole report as one JSON line")
+    parser.add_argument(
+        "--incremental",
+        default="",
+        help="synthetic vectors: ADDED:EXISTING1,EXISTING2,... (e.g. 2.5e5:2.5e5,1e6): the added crawl's links "
+        "after each existing size, and the time ratio of the last to the first",
+    )
+    parser.add_argument("--incremental-centroids", type=int, default=0, help="0: 1024 x added / 1M (a scale model)")
     args = parser.parse_args()
     sentences, notes = real_sentences()
     print("; ".join(notes))
-    report: dict = {"sizes": []}
+    report: dict = {"sizes": [], "incremental": []}
     if not args.no_paraphrases:
         report["paraphrases"] = paraphrase_recall()
         print("paraphrase set:", report["paraphrases"])
@@ -273,6 +376,17 @@ def main() -> int:
         result = measure(n, args, sentences)
         report["sizes"].append(result)
         print(json.dumps(result, indent=1))
+    if args.incremental:
+        added, sizes = args.incremental.split(":")
+        n = int(float(added))
+        centroids = args.incremental_centroids or max(8, round(1024 * n / 1e6))
+        for existing in (int(float(x)) for x in sizes.split(",")):
+            result = incremental(existing, n, centroids, sentences, args)
+            report["incremental"].append(result)
+            print("synthetic vectors:", json.dumps(result, indent=1), flush=True)
+        runs = report["incremental"]
+        report["incremental_ratio"] = round(runs[-1]["link_seconds"] / runs[0]["link_seconds"], 2)
+        print("time ratio, last / first existing size:", report["incremental_ratio"])
     if args.json:
         print(json.dumps(report))
     return 0

@@ -88,7 +88,7 @@ class SplitClusterParams:
 
     def hashed(self) -> dict:
         """What changes the stored rows (the task counts do not)."""
-        links = {k: v for k, v in vars(self.links).items() if k != "tasks"}
+        links = {k: v for k, v in vars(self.links).items() if k not in ("tasks", "task_vectors")}
         return {**{k: v for k, v in vars(self).items() if k != "links"}, "links": links}
 
 
@@ -298,9 +298,9 @@ def build(
     stats: dict = {"centroid_version": version, "centroids_fitted": fitted is not None, "crawls": {}}
     commits: dict[TableDef, CommitResult] = {DEDUP_SEMANTIC_CENTROIDS: fitted} if fitted else {}
     for crawl in pending_crawls(lakehouse, pinned[CURATED_DOCUMENTS.identifier], rule, split_json):
-        tasks = semantic_links.plan(lakehouse, crawl, embeddings_at, model, (version, centroids), params.links, run)
-        results = executor.map(semantic_links.run_task, tasks)
-        commits.update(semantic_links.commit(lakehouse, crawl, results, provenance[DEDUP_SEMANTIC_LINKS]))
+        planned = semantic_links.plan(lakehouse, crawl, embeddings_at, model, (version, centroids), params.links, run)
+        results, linked = semantic_links.link_crawl(planned, executor, run, provenance[DEDUP_SEMANTIC_LINKS])
+        commits.update(linked)
         rows = crawl_rows(lakehouse, crawl, pinned, params, model, version)
         writer = lakehouse.writer(DEDUP_SPLIT_ASSIGNMENTS, {"crawl": crawl})
         writer.write(rows)

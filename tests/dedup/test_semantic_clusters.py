@@ -48,12 +48,28 @@ def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
     return (e / (np.linalg.norm(e, axis=1, keepdims=True) + 1e-12)).astype(np.float16).astype(np.float32)
 
 
-def bucket_links(e: np.ndarray, new_from: int, centroids: np.ndarray, probes: int, threshold: float) -> set:
-    """Every link of the documents from `new_from` on, found bucket by bucket: {(later, earlier)}."""
-    keys = np.array([f"c{int(i >= new_from)}\0d{i:04d}" for i in range(len(e))], object)
-    b = Bucketed(keys, np.arange(len(e)) >= new_from, e.astype(np.float16), nearest_centroids(e, centroids, probes))
-    found = [(int(x), int(y)) for a, c, _ in links_in_buckets(b, 0, len(centroids), threshold) for x, y in zip(a, c)]
-    assert len(found) == len(set(found))  # each link once, even when its two rows share several buckets
+def bucket_links(
+    e: np.ndarray,
+    new_from: int,
+    centroids: np.ndarray,
+    probes: int,
+    threshold: float,
+    max_bucket: int = 2048,
+    order: np.ndarray | None = None,
+) -> set:
+    """Every link of the documents from `new_from` on, found bucket by bucket: {(later, earlier)}; the rows
+    held in `order` (default: document order)."""
+    order = np.arange(len(e)) if order is None else order
+    keys = np.array([f"c{int(i >= new_from)}\0d{i:04d}" for i in order], object)
+    x = e[order]
+    b = Bucketed(keys, order >= new_from, x.astype(np.float16), nearest_centroids(x, centroids, probes))
+    params = LinkParams(threshold=threshold, centroids=len(centroids), probes=probes, max_bucket=max_bucket)
+    found = [
+        (int(order[x]), int(order[y]))
+        for a, c, _ in links_in_buckets(b, 0, len(centroids), params)
+        for x, y in zip(a, c)
+    ]
+    assert len(found) == len(set(found))  # each link once, even when its two rows share several buckets or leaves
     return set(found)
 
 
@@ -68,6 +84,31 @@ def test_with_every_bucket_probed_the_links_are_every_pair_at_or_above_the_thres
     # fewer probes: only pairs that share a bucket, and every pair above the threshold that does
     near = nearest_centroids(e, c, 1)
     assert bucket_links(e, new_from, c, 1, threshold) == {(j, i) for j, i in expected if near[i, 0] == near[j, 0]}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(40, 160), st.integers(0, 160), st.integers(1, 3), st.integers(4, 24), st.integers(0, 2**31))
+def test_a_cut_bucket_finds_the_pairs_sharing_a_leaf_each_once_and_its_leaves_are_bounded(n, new_from, k, most, seed):
+    e = unit_rows(n, 4, seed)
+    c = fit_centroids(e, k, 3, seed)
+    cos = e.astype(np.float64) @ e.astype(np.float64).T
+    expected = {(j, i) for j in range(min(new_from, n), n) for i in range(j) if cos[i, j] >= 0.5}
+    found = bucket_links(e, new_from, c, min(2, k), 0.5, max_bucket=most)
+    assert found <= expected  # every link is a pair above the threshold, found once (bucket_links checks)
+    # the cut is a function of the bucket's members: the same links whatever order the rows come in
+    shuffled = np.random.default_rng(seed).permutation(n)
+    assert bucket_links(e, new_from, c, min(2, k), 0.5, most, shuffled) == found
+    # one bucket: its leaves as link search cuts it
+    params = LinkParams(centroids=1, probes=1, max_bucket=most)
+    ranks = sample_rank([f"c1\0d{i:04d}" for i in range(n)], 0)
+    leaves = semantic_links.bucket_leaves(e.astype(np.float16), ranks, params)
+    assert set(np.concatenate(leaves).tolist()) == set(range(n))  # every member is in a leaf
+    if len(leaves) > 1:  # cut: no leaf holds the whole bucket
+        assert max(len(x) for x in leaves) < n
+    # every pair sharing a leaf of its smallest shared bucket is found (all rows new, one bucket)
+    one = bucket_links(e, 0, c[:1], 1, 0.5, max_bucket=most)
+    same_leaf = {(int(j), int(i)) for x in leaves for i in x for j in x if i < j and cos[i, j] >= 0.5}
+    assert one == same_leaf
 
 
 def test_a_rows_buckets_and_a_pairs_cosine_do_not_depend_on_the_other_rows():
@@ -260,19 +301,30 @@ def test_the_links_do_not_depend_on_the_task_count(lakehouse):
     model, at = model_sha256(), lakehouse.snapshot_id(DEDUP_EMBEDDINGS)
     version, centroids, _ = semantic_links.ensure_centroids(lakehouse, at, model, SMALL.links, PROV)
     digests, stats, assigned = [], [], []
-    for tasks in (1, 3):
-        params = dataclasses.replace(SMALL.links, tasks=tasks)
-        plan = semantic_links.plan(lakehouse, "CRAWL-A", at, model, (version, centroids), params, uuid.uuid4().hex)
-        results = [semantic_links.run_task(t) for t in plan][::-1]
-        semantic_links.commit(lakehouse, "CRAWL-A", results, PROV)
+    # 1 or 2 link tasks (2 centroids), and as many as the rows ask for (task_vectors 10); buckets cut (max 8)
+    for tasks, task_vectors in ((1, 10**9), (2, 10**9), (1, 10)):
+        params = dataclasses.replace(SMALL.links, tasks=tasks, task_vectors=task_vectors, max_bucket=8)
+        run = uuid.uuid4().hex
+        planned = semantic_links.plan(lakehouse, "CRAWL-A", at, model, (version, centroids), params, run)
+        results, _ = semantic_links.link_crawl(planned, Reversed(), run, PROV)
+        assert len(results) == (tasks if task_vectors > 100 else 2)
         digests.append(table_digest(lakehouse, DEDUP_SEMANTIC_LINKS))
         stats.append(semantic_links.totals(results))
         # nor do the assignments made from them (the link files come in another order)
         pinned = lakehouse.snapshot_ids(split_assignments.INPUTS)
         rows = split_assignments.crawl_rows(lakehouse, "CRAWL-A", pinned, SMALL, model, version)
         assigned.append(rows_digest(rows))
-    assert digests[0] == digests[1] and digests[0]["rows"] > 0 and assigned[0] == assigned[1]
-    assert stats[0]["links"] == stats[1]["links"] == digests[0]["rows"]
+    assert digests[0] == digests[1] == digests[2] and digests[0]["rows"] > 0
+    assert assigned[0] == assigned[1] == assigned[2]
+    assert stats[0]["links"] == stats[1]["links"] == stats[2]["links"] == digests[0]["rows"]
+    assert stats[0]["cut_buckets"] == 2 and stats[0]["largest_leaf"] < stats[0]["largest_bucket"]
+
+
+class Reversed:
+    """An executor running the tasks in reverse plan order (and returning their results so)."""
+
+    def map(self, fn, tasks, progress=None):
+        return [fn(t) for t in tasks[::-1]]
 
 
 # --- the threshold, measured ----------------------------------------------------------------------------------
